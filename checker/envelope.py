@@ -1,0 +1,128 @@
+"""Read a certificate file: bounded JSON, then the envelope every kind shares.
+
+Envelope (all fields required unless noted):
+    format        "tcert-certificate"
+    version       1
+    kind          "prediction" | "overwhelm" | "accuracy" | "influence"
+    model_sha256  64 lowercase hex digits: the SHA-256 of the model file's bytes
+    claim         object: the full statement being certified (kind-specific)
+    evidence      object: hints the checker confirms (kind-specific)
+    generator     object, optional: informational only, never read by any rule
+
+JSON floats are refused everywhere except inside `generator`: exact numbers are strings.
+"""
+
+import json
+import re
+
+from .errors import BadInput
+
+FORMAT = "tcert-certificate"
+VERSION = 1
+MAX_CERT_BYTES = 256 << 20
+MAX_DEPTH = 32
+MAX_ARRAY = 50_000_000
+_SHA = re.compile(r"[0-9a-f]{64}\Z")
+ENVELOPE_KEYS = {"format", "version", "kind", "model_sha256", "claim", "evidence"}
+
+
+class _Float:
+    """Marks a JSON float literal so that the validator can refuse it outside `generator`."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+def _pairs(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise BadInput(f"certificate: duplicate key {k[:40]!r}")
+        out[k] = v
+    return out
+
+
+def _constant(name):
+    raise BadInput(f"certificate: JSON constant {name} is not allowed")
+
+
+def _check_tree(value, where, depth, allow_float):
+    if depth > MAX_DEPTH:
+        raise BadInput(f"certificate: nesting deeper than {MAX_DEPTH} at {where}")
+    if isinstance(value, _Float):
+        if not allow_float:
+            raise BadInput(f"certificate: {where}: JSON float {value.text[:30]} is not exact; write numbers as strings")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_tree(v, f"{where}.{k}", depth + 1, allow_float)
+    elif isinstance(value, list):
+        if len(value) > MAX_ARRAY:
+            raise BadInput(f"certificate: {where}: array longer than {MAX_ARRAY}")
+        for i, v in enumerate(value):
+            _check_tree(v, f"{where}[{i}]", depth + 1, allow_float)
+
+
+def parse_certificate_bytes(data: bytes) -> dict:
+    """Decode and validate the envelope of a certificate; raise BadInput on any defect."""
+    if len(data) > MAX_CERT_BYTES:
+        raise BadInput(f"certificate: larger than {MAX_CERT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput("certificate: not UTF-8") from None
+    # Deep nesting is caught twice: the C parser raises RecursionError, _check_tree bounds the rest.
+    try:
+        doc = json.loads(text, object_pairs_hook=_pairs, parse_float=_Float, parse_constant=_constant)
+    except BadInput:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise BadInput(f"certificate: not valid JSON ({str(e).splitlines()[0][:80]})") from None
+    if not isinstance(doc, dict):
+        raise BadInput("certificate: top level is not a JSON object")
+    missing = ENVELOPE_KEYS - set(doc)
+    if missing:
+        raise BadInput(f"certificate: missing field(s) {sorted(missing)}")
+    unknown = set(doc) - ENVELOPE_KEYS - {"generator"}
+    if unknown:
+        raise BadInput(f"certificate: unknown field(s) {sorted(unknown)[:5]}")
+    if doc["format"] != FORMAT:
+        raise BadInput(f"certificate: format is not {FORMAT!r}")
+    if doc["version"] != VERSION or isinstance(doc["version"], bool):
+        raise BadInput(f"certificate: unsupported version {str(doc['version'])[:20]} (this checker reads {VERSION})")
+    if not isinstance(doc["kind"], str):
+        raise BadInput("certificate: kind must be a string")
+    if not isinstance(doc["model_sha256"], str) or not _SHA.match(doc["model_sha256"]):
+        raise BadInput("certificate: model_sha256 must be 64 lowercase hex digits")
+    for key in ("claim", "evidence"):
+        if not isinstance(doc[key], dict):
+            raise BadInput(f"certificate: {key} must be an object")
+        _check_tree(doc[key], key, 1, allow_float=False)
+    if "generator" in doc and not isinstance(doc["generator"], dict):
+        raise BadInput("certificate: generator must be an object")
+    return doc
+
+
+def load_certificate(path: str) -> dict:
+    """Read the certificate file at `path` and validate its envelope."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CERT_BYTES + 1)
+    except OSError as e:
+        raise BadInput(f"certificate: cannot read {path}: {e.strerror}") from None
+    return parse_certificate_bytes(data)
+
+
+def fields(obj: dict, where: str, required: set, optional: set = frozenset()) -> dict:
+    """Check that `obj` is an object with exactly the required keys plus optional ones."""
+    if not isinstance(obj, dict):
+        raise BadInput(f"{where}: must be an object")
+    missing = required - set(obj)
+    if missing:
+        raise BadInput(f"{where}: missing field(s) {sorted(missing)}")
+    unknown = set(obj) - required - set(optional)
+    if unknown:
+        raise BadInput(f"{where}: unknown field(s) {sorted(unknown)[:5]}")
+    return obj

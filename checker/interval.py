@@ -1,0 +1,302 @@
+"""Rigorous interval arithmetic behind one small interface, with two interchangeable backends.
+
+`MpmathBackend` (mpmath's `iv` context) is the reference; `FlintBackend` (python-flint's Arb balls)
+is the fast one. Verification rules only use the `Backend` methods and the `IMat` operators below, so
+they read the same whichever backend runs them.
+
+Every value is an enclosure: the exact real result lies inside it. Stored weights enter exactly
+(float16/32/64 values are binary rationals and both libraries hold doubles exactly). Results leave the
+interval world only through `lower`/`upper`, which return exact `Fraction` endpoints; all verdicts are
+comparisons between such Fractions. An enclosure that is not finite raises `Rejected`, so comparisons
+fail closed.
+"""
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+from mpmath import libmp
+
+from .errors import Rejected
+
+DEFAULT_PREC = 64
+
+
+class IMat:
+    """A matrix of intervals; `backend` says whose native matrix `data` is."""
+
+    __slots__ = ("backend", "data", "shape")
+
+    def __init__(self, backend, data, shape):
+        self.backend, self.data, self.shape = backend, data, shape
+
+    def __matmul__(self, other):
+        if self.shape[1] != other.shape[0]:
+            raise ValueError(f"matmul shapes {self.shape} @ {other.shape}")
+        return self.backend._matmul(self, other)
+
+    def __add__(self, other):
+        return self.backend._add(self, other)
+
+    def __sub__(self, other):
+        return self.backend._sub(self, other)
+
+    def scale(self, s):
+        """Every entry times the interval scalar `s`."""
+        return self.backend._scale(self, s)
+
+    @property
+    def T(self):
+        return self.backend._transpose(self)
+
+    def rows(self):
+        """The entries as a list of row lists of interval scalars."""
+        return self.backend._rows(self)
+
+    def map(self, fn):
+        """Apply a scalar interval function to every entry."""
+        return self.backend.matrix([[fn(x) for x in row] for row in self.rows()])
+
+
+class Backend:
+    """What a verification rule may use. Subclasses supply the native operations."""
+
+    name = "abstract"
+
+    def __init__(self, prec: int = DEFAULT_PREC):
+        self.prec = prec
+
+    # --- scalars -------------------------------------------------------------------
+    def num(self, x):
+        """The enclosure of an exact int, Fraction or (exactly held) Python float."""
+        if isinstance(x, Fraction):
+            if x.denominator == 1:
+                return self._exact(x.numerator)
+            return self._exact(x.numerator) / self._exact(x.denominator)
+        if isinstance(x, (int, float)):
+            return self._exact(x)
+        if isinstance(x, np.floating):
+            return self._exact(float(x))
+        raise TypeError(f"cannot make an interval from {type(x).__name__}")
+
+    def lower(self, x) -> Fraction:
+        """An exact rational that is <= every point of `x`."""
+        return self._endpoint(x, 0)
+
+    def upper(self, x) -> Fraction:
+        """An exact rational that is >= every point of `x`."""
+        return self._endpoint(x, 1)
+
+    def abs_upper(self, x) -> Fraction:
+        """An exact rational >= |v| for every point v of `x`."""
+        return max(-self.lower(x), self.upper(x))
+
+    def hull_max(self, xs):
+        """An enclosure of max(v_1, ..., v_n) over points v_i of the intervals xs."""
+        xs = list(xs)
+        lo = max(self.lower(x) for x in xs)
+        hi = max(self.upper(x) for x in xs)
+        return self.interval(lo, hi)
+
+    def hull_min(self, xs):
+        """An enclosure of min(v_1, ..., v_n) over points v_i of the intervals xs."""
+        xs = list(xs)
+        lo = min(self.lower(x) for x in xs)
+        hi = min(self.upper(x) for x in xs)
+        return self.interval(lo, hi)
+
+    def fsum(self, xs):
+        """Interval sum of an iterable of interval scalars."""
+        total = self._exact(0)
+        for x in xs:
+            total = total + x
+        return total
+
+    # --- matrices --------------------------------------------------------------------
+    def array(self, a) -> IMat:
+        """The exact matrix of a 1-D or 2-D numpy array of stored weights (a vector becomes a row)."""
+        a = np.asarray(a)
+        if a.ndim == 1:
+            a = a[None, :]
+        if a.dtype.kind != "f":
+            a = a.astype(np.int64)
+            return self._from_rows(a.tolist(), a.shape)
+        return self._from_rows(a.astype(np.float64).tolist(), a.shape)
+
+    def matrix(self, rows) -> IMat:
+        """A matrix from a non-empty list of equal-length lists of interval scalars."""
+        shape = (len(rows), len(rows[0]) if rows else 0)
+        return self._from_rows(rows, shape)
+
+    def dot(self, xs, ys):
+        """Interval inner product of two equal-length lists of interval scalars."""
+        return (self.matrix([list(xs)]) @ self.matrix([[y] for y in ys])).rows()[0][0]
+
+
+class MpmathBackend(Backend):
+    """Reference backend: mpmath's interval context `iv`, outward rounding at `prec` bits."""
+
+    name = "mpmath"
+
+    def __init__(self, prec: int = DEFAULT_PREC):
+        super().__init__(prec)
+        self.iv = mpmath.iv
+        self.iv.prec = prec
+
+    def _exact(self, x):
+        return self.iv.mpf(x) if not isinstance(x, int) or abs(x).bit_length() <= self.prec else \
+            self.iv.mpf(str(x))
+
+    def interval(self, lo: Fraction, hi: Fraction):
+        """The interval [lo, hi] (outward-rounded)."""
+        return self.iv.mpf([self.num(lo).a, self.num(hi).b])
+
+    def _endpoint(self, x, which):
+        raw = x._mpi_[which]
+        if raw in (libmp.fnan, libmp.finf, libmp.fninf):
+            raise Rejected("finite enclosure", f"an interval endpoint is {libmp.to_str(raw, 5)}")
+        sign, man, exp, _ = raw
+        value = Fraction(man) * (Fraction(2) ** exp)
+        return -value if sign else value
+
+    def exp(self, x):
+        return self.iv.exp(x)
+
+    def log(self, x):
+        return self.iv.log(x)
+
+    def sqrt(self, x):
+        return self.iv.sqrt(x)
+
+    def cos(self, x):
+        return self.iv.cos(x)
+
+    def sin(self, x):
+        return self.iv.sin(x)
+
+    def erf(self, x):
+        """erf is not in mpmath's iv context; enclose it by monotonicity from its endpoints."""
+        lo, hi = self.iv.mpf(x.a), self.iv.mpf(x.b)
+        mp = mpmath.mp
+        with mpmath.workprec(self.prec + 20):
+            a = mp.erf(mp.mpf(lo.a))
+            b = mp.erf(mp.mpf(hi.b))
+            # mpmath's erf is correctly rounded to within 1 ulp at the working precision;
+            # widen by 2^-(prec) relative plus an absolute floor to stay outside it.
+            pad = mp.mpf(2) ** (-(self.prec + 10))
+            return self.iv.mpf([a - abs(a) * pad - pad, b + abs(b) * pad + pad])
+
+    def tanh(self, x):
+        return self.iv.tanh(x) if hasattr(self.iv, "tanh") else \
+            (self.iv.exp(2 * x) - 1) / (self.iv.exp(2 * x) + 1)
+
+    def pi(self):
+        return self.iv.pi
+
+    def _from_rows(self, rows, shape):
+        m = self.iv.matrix(shape[0], shape[1])
+        for i, row in enumerate(rows):
+            for j, v in enumerate(row):
+                m[i, j] = v if isinstance(v, self.iv.mpf) else self._exact(v)
+        return IMat(self, m, shape)
+
+    def _matmul(self, a, b):
+        return IMat(self, a.data * b.data, (a.shape[0], b.shape[1]))
+
+    def _add(self, a, b):
+        return IMat(self, a.data + b.data, a.shape)
+
+    def _sub(self, a, b):
+        return IMat(self, a.data - b.data, a.shape)
+
+    def _scale(self, a, s):
+        return IMat(self, a.data * s, a.shape)
+
+    def _transpose(self, a):
+        return IMat(self, a.data.T, (a.shape[1], a.shape[0]))
+
+    def _rows(self, a):
+        return a.data.tolist()
+
+
+class FlintBackend(Backend):
+    """Fast backend: python-flint's Arb midpoint-radius balls at `prec` bits."""
+
+    name = "flint"
+
+    def __init__(self, prec: int = DEFAULT_PREC):
+        super().__init__(prec)
+        import flint
+
+        self.flint = flint
+        flint.ctx.prec = prec
+
+    def _exact(self, x):
+        if isinstance(x, int):
+            return self.flint.arb(self.flint.fmpz(x))
+        return self.flint.arb(x)
+
+    def interval(self, lo: Fraction, hi: Fraction):
+        """The ball enclosing [lo, hi]."""
+        return self.num(lo).union(self.num(hi))
+
+    def _endpoint(self, x, which):
+        if not x.is_finite():
+            raise Rejected("finite enclosure", f"a ball is not finite: {x}")
+        end = x.lower() if which == 0 else x.upper()
+        man, exp = end.man_exp()
+        return Fraction(int(man)) * (Fraction(2) ** int(exp))
+
+    def exp(self, x):
+        return x.exp()
+
+    def log(self, x):
+        return x.log()
+
+    def sqrt(self, x):
+        return x.sqrt()
+
+    def cos(self, x):
+        return x.cos()
+
+    def sin(self, x):
+        return x.sin()
+
+    def erf(self, x):
+        return x.erf()
+
+    def tanh(self, x):
+        return x.tanh()
+
+    def pi(self):
+        return self.flint.arb.pi()
+
+    def _from_rows(self, rows, shape):
+        return IMat(self, self.flint.arb_mat(shape[0], shape[1], [v for row in rows for v in row])
+                    if shape[0] and shape[1] else self.flint.arb_mat(shape[0], shape[1]), shape)
+
+    def _matmul(self, a, b):
+        return IMat(self, a.data * b.data, (a.shape[0], b.shape[1]))
+
+    def _add(self, a, b):
+        return IMat(self, a.data + b.data, a.shape)
+
+    def _sub(self, a, b):
+        return IMat(self, a.data - b.data, a.shape)
+
+    def _scale(self, a, s):
+        return IMat(self, a.data * s, a.shape)
+
+    def _transpose(self, a):
+        return IMat(self, a.data.transpose(), (a.shape[1], a.shape[0]))
+
+    def _rows(self, a):
+        return a.data.tolist()
+
+
+BACKENDS = {"mpmath": MpmathBackend, "flint": FlintBackend}
+
+
+def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:
+    """The backend called `name` ("mpmath" or "flint") at `prec` bits."""
+    return BACKENDS[name](prec)

@@ -1,0 +1,282 @@
+"""Read a model file: safetensors with TransformerLens tensor names and the config in its metadata.
+
+The reader is part of the trusted base, so it parses the safetensors layout itself (8-byte
+little-endian header length, a JSON header, raw little-endian tensor bytes) instead of trusting a
+library: every offset, shape, dtype and config field is checked against the others, non-finite
+weights are refused, and nothing is ever unpickled. Any problem raises `BadInput` with one line.
+"""
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from .errors import BadInput
+
+MAX_MODEL_BYTES = 8 << 30
+MAX_HEADER_BYTES = 16 << 20
+MAX_TENSORS = 4096
+MAX_DIM = 1 << 22
+
+DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
+
+CONFIG_DEFAULTS = {
+    "d_mlp": None,
+    "act_fn": "relu",
+    "normalization_type": None,
+    "eps": "1/100000",
+    "positional_embedding_type": "standard",
+    "rotary_dim": None,
+    "rotary_base": 10000,
+    "rotary_adjacent_pairs": False,
+    "parallel_attn_mlp": False,
+    "shared_ln": False,
+    "final_ln": False,
+    "attn_only": False,
+    "attention": "causal",
+    "attn_scale": None,
+    "tokenizer": None,
+}
+CONFIG_INTS = ("n_layers", "d_model", "n_heads", "d_head", "d_vocab", "n_ctx")
+ACT_FNS = ("relu", "gelu", "gelu_new")
+
+
+@dataclass
+class Config:
+    """The architecture a model file declares (TransformerLens field names)."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+    d_vocab: int
+    n_ctx: int
+    d_mlp: int | None
+    act_fn: str
+    normalization_type: str | None
+    eps: Fraction
+    positional_embedding_type: str
+    rotary_dim: int | None
+    rotary_base: Fraction
+    rotary_adjacent_pairs: bool
+    parallel_attn_mlp: bool
+    shared_ln: bool
+    final_ln: bool
+    attn_only: bool
+    attention: str
+    attn_scale: Fraction | None  # None: the divisor is sqrt(d_head)
+    tokenizer: str | None
+
+    @property
+    def rotary(self) -> bool:
+        return self.positional_embedding_type == "rotary"
+
+    @property
+    def has_ln(self) -> bool:
+        return self.normalization_type == "LN"
+
+    def to_json(self) -> dict:
+        """The config as the JSON object stored in a model file's metadata."""
+        out = {}
+        for key, value in self.__dict__.items():
+            out[key] = str(value) if isinstance(value, Fraction) else value
+        return out
+
+
+@dataclass
+class Model:
+    """A validated model: its config, its tensors (read-only numpy arrays) and the file's SHA-256."""
+
+    config: Config
+    tensors: dict
+    sha256: str
+    path: str = ""
+    metadata: dict = field(default_factory=dict)
+
+    def __getitem__(self, name):
+        return self.tensors[name]
+
+
+def _exact_config_number(value, key) -> Fraction:
+    """Config numbers are exact decimals: 1e-5 means exactly 1/100000, not the nearest double."""
+    if isinstance(value, bool) or not isinstance(value, (int, str, float)):
+        raise BadInput(f"model config: {key} must be a number")
+    try:
+        out = Fraction(str(value)) if not isinstance(value, float) else Fraction(repr(value))
+    except (ValueError, ZeroDivisionError):
+        raise BadInput(f"model config: {key}={value!r} is not an exact number") from None
+    if out <= 0 or out > 10 ** 12 or out.denominator > 10 ** 30:
+        raise BadInput(f"model config: {key}={value!r} out of range")
+    return out
+
+
+def parse_config(raw: dict) -> Config:
+    """Validate a config dict and fill defaults; raise BadInput on anything inconsistent."""
+    if not isinstance(raw, dict):
+        raise BadInput("model config: not a JSON object")
+    unknown = set(raw) - set(CONFIG_DEFAULTS) - set(CONFIG_INTS)
+    if unknown:
+        raise BadInput(f"model config: unknown field(s) {sorted(unknown)[:5]}")
+    cfg = dict(CONFIG_DEFAULTS)
+    cfg.update(raw)
+    for key in CONFIG_INTS:
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
+            raise BadInput(f"model config: {key} must be an integer in [1, {MAX_DIM}], got {v!r}")
+    if cfg["n_layers"] > 64 or cfg["n_heads"] > 1024:
+        raise BadInput("model config: n_layers or n_heads out of range")
+    for key in ("rotary_adjacent_pairs", "parallel_attn_mlp", "shared_ln", "final_ln", "attn_only"):
+        if not isinstance(cfg[key], bool):
+            raise BadInput(f"model config: {key} must be true or false")
+    if cfg["act_fn"] not in ACT_FNS:
+        raise BadInput(f"model config: act_fn must be one of {ACT_FNS}")
+    if cfg["normalization_type"] not in (None, "LN"):
+        raise BadInput("model config: normalization_type must be null or \"LN\"")
+    if cfg["positional_embedding_type"] not in ("standard", "rotary"):
+        raise BadInput("model config: positional_embedding_type must be standard or rotary")
+    if cfg["attention"] not in ("causal", "bidirectional"):
+        raise BadInput("model config: attention must be causal or bidirectional")
+    cfg["eps"] = _exact_config_number(cfg["eps"], "eps")
+    cfg["rotary_base"] = _exact_config_number(cfg["rotary_base"], "rotary_base")
+    if cfg["attn_scale"] is not None:
+        cfg["attn_scale"] = _exact_config_number(cfg["attn_scale"], "attn_scale")
+    if cfg["attn_only"]:
+        cfg["d_mlp"] = None
+    elif isinstance(cfg["d_mlp"], bool) or not isinstance(cfg["d_mlp"], int) or not 1 <= cfg["d_mlp"] <= MAX_DIM:
+        raise BadInput("model config: d_mlp must be a positive integer unless attn_only")
+    if cfg["positional_embedding_type"] == "rotary":
+        rd = cfg["rotary_dim"]
+        if rd is None:
+            rd = cfg["rotary_dim"] = cfg["d_head"]
+        if isinstance(rd, bool) or not isinstance(rd, int) or rd < 2 or rd % 2 or rd > cfg["d_head"]:
+            raise BadInput("model config: rotary_dim must be even and in [2, d_head]")
+    if cfg["tokenizer"] is not None and not isinstance(cfg["tokenizer"], str):
+        raise BadInput("model config: tokenizer must be a string or null")
+    if cfg["normalization_type"] is None and (cfg["final_ln"] or cfg["shared_ln"]):
+        raise BadInput("model config: final_ln/shared_ln need normalization_type \"LN\"")
+    return Config(**{k: cfg[k] for k in Config.__dataclass_fields__})
+
+
+def expected_shapes(c: Config) -> dict:
+    """Every tensor name a model with config `c` must contain, with its shape."""
+    d, v, h, dh = c.d_model, c.d_vocab, c.n_heads, c.d_head
+    shapes = {"embed.W_E": (v, d), "unembed.W_U": (d, v), "unembed.b_U": (v,)}
+    if not c.rotary:
+        shapes["pos_embed.W_pos"] = (c.n_ctx, d)
+    for i in range(c.n_layers):
+        p = f"blocks.{i}."
+        for m in ("W_Q", "W_K", "W_V"):
+            shapes[p + "attn." + m] = (h, d, dh)
+        for b in ("b_Q", "b_K", "b_V"):
+            shapes[p + "attn." + b] = (h, dh)
+        shapes[p + "attn.W_O"] = (h, dh, d)
+        shapes[p + "attn.b_O"] = (d,)
+        if c.has_ln:
+            shapes[p + "ln1.w"] = shapes[p + "ln1.b"] = (d,)
+            if not c.attn_only and not c.shared_ln:
+                shapes[p + "ln2.w"] = shapes[p + "ln2.b"] = (d,)
+        if not c.attn_only:
+            shapes[p + "mlp.W_in"] = (d, c.d_mlp)
+            shapes[p + "mlp.b_in"] = (c.d_mlp,)
+            shapes[p + "mlp.W_out"] = (c.d_mlp, d)
+            shapes[p + "mlp.b_out"] = (d,)
+    if c.final_ln:
+        shapes["ln_final.w"] = shapes["ln_final.b"] = (d,)
+    return shapes
+
+
+def _read_header(data: bytes):
+    if len(data) < 8:
+        raise BadInput("model file: shorter than the 8-byte safetensors header length")
+    n = int.from_bytes(data[:8], "little")
+    if n > MAX_HEADER_BYTES or n > len(data) - 8:
+        raise BadInput(f"model file: header length {n} exceeds the file or the {MAX_HEADER_BYTES}-byte limit")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadInput(f"model file: header is not valid JSON ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise BadInput("model file: header is not a JSON object")
+    return header, 8 + n
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def load_model(path: str) -> Model:
+    """Read, hash and validate the model file at `path`; raise BadInput on any defect."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_MODEL_BYTES + 1)
+    except OSError as e:
+        raise BadInput(f"model file: cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_MODEL_BYTES:
+        raise BadInput(f"model file: larger than {MAX_MODEL_BYTES} bytes")
+    model = parse_model_bytes(data)
+    model.path = path
+    return model
+
+
+def parse_model_bytes(data: bytes) -> Model:
+    """Validate the bytes of a model file and return the Model they describe."""
+    sha = hashlib.sha256(data).hexdigest()
+    header, start = _read_header(data)
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise BadInput("model file: __metadata__ must map strings to strings")
+    if "config" not in meta:
+        raise BadInput("model file: no 'config' in the safetensors metadata")
+    try:
+        raw_config = json.loads(meta["config"], object_pairs_hook=_no_duplicates)
+    except (ValueError, RecursionError):
+        raise BadInput("model file: metadata 'config' is not valid JSON") from None
+    config = parse_config(raw_config)
+    if len(header) > MAX_TENSORS:
+        raise BadInput(f"model file: more than {MAX_TENSORS} tensors")
+    expected = expected_shapes(config)
+    missing = sorted(set(expected) - set(header))
+    extra = sorted(set(header) - set(expected))
+    if missing:
+        raise BadInput(f"model file: missing tensor(s) {missing[:4]} required by the config")
+    if extra:
+        raise BadInput(f"model file: unexpected tensor(s) {extra[:4]} for the config")
+    body = len(data) - start
+    spans = []
+    tensors = {}
+    for name, info in header.items():
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise BadInput(f"model file: tensor {name}: entry must have dtype, shape, data_offsets")
+        dtype = DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise BadInput(f"model file: tensor {name}: dtype {info['dtype']!r} not one of {sorted(DTYPES)}")
+        shape = info["shape"]
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape):
+            raise BadInput(f"model file: tensor {name}: bad shape")
+        if tuple(shape) != expected[name]:
+            raise BadInput(f"model file: tensor {name}: shape {tuple(shape)} but the config implies {expected[name]}")
+        offs = info["data_offsets"]
+        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
+            raise BadInput(f"model file: tensor {name}: bad data_offsets")
+        lo, hi = offs
+        size = math.prod(shape) * dtype.itemsize
+        if not 0 <= lo <= hi <= body or hi - lo != size:
+            raise BadInput(f"model file: tensor {name}: data_offsets {offs} do not fit {size} bytes in a {body}-byte body")
+        spans.append((lo, hi, name))
+        arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + lo).reshape(shape)
+        if not np.isfinite(arr).all():
+            raise BadInput(f"model file: tensor {name} contains NaN or infinity")
+        tensors[name] = arr
+    spans.sort()
+    for (a_lo, a_hi, a), (b_lo, b_hi, b) in zip(spans, spans[1:]):
+        if b_lo < a_hi:
+            raise BadInput(f"model file: tensors {a} and {b} overlap")
+    return Model(config=config, tensors=tensors, sha256=sha, metadata=meta)

@@ -1,0 +1,1 @@
+"""tcert generator: fast float computations that emit certificates (untrusted by the checker)."""
