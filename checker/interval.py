@@ -162,11 +162,18 @@ class MpmathBackend(Backend):
     def exp(self, x):
         return self.iv.exp(x)
 
+    def _real(self, fn, x, name):
+        """fn(x); where x reaches below 0 mpmath raises ComplexResult (Arb gives NaN): reject alike."""
+        try:
+            return fn(x)
+        except libmp.ComplexResult:
+            raise Rejected("finite enclosure", f"{name} of an interval reaching below 0") from None
+
     def log(self, x):
-        return self.iv.log(x)
+        return self._real(self.iv.log, x, "log")
 
     def sqrt(self, x):
-        return self.iv.sqrt(x)
+        return self._real(self.iv.sqrt, x, "sqrt")
 
     def cos(self, x):
         return self.iv.cos(x)
