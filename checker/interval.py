@@ -57,6 +57,10 @@ class IMat:
         """Apply a scalar interval function to every entry."""
         return self.backend.matrix([[fn(x) for x in row] for row in self.rows()])
 
+    def col_bounds(self):
+        """(lo, hi): per column, an exact Fraction <= every entry and one >= every entry."""
+        return self.backend._col_bounds(self)
+
 
 class Backend:
     """What a verification rule may use. Subclasses supply the native operations."""
@@ -131,6 +135,10 @@ class Backend:
     def dot(self, xs, ys):
         """Interval inner product of two equal-length lists of interval scalars."""
         return (self.matrix([list(xs)]) @ self.matrix([[y] for y in ys])).rows()[0][0]
+
+    def _col_bounds(self, m):
+        cols = m.T.rows()
+        return ([min(self.lower(x) for x in c) for c in cols], [max(self.upper(x) for x in c) for c in cols])
 
 
 class MpmathBackend(Backend):
@@ -299,6 +307,16 @@ class FlintBackend(Backend):
 
     def _rows(self, a):
         return a.data.tolist()
+
+    def _col_bounds(self, m):
+        """Per column min of lower / max of upper endpoints, compared as exact Arb points."""
+        lo, hi = [], []
+        for col in m.data.transpose().tolist():
+            if not all(x.is_finite() for x in col):
+                raise Rejected("finite enclosure", "a matrix entry is not finite")
+            lo.append(self._endpoint(min(x.lower() for x in col), 0))
+            hi.append(self._endpoint(max(x.upper() for x in col), 1))
+        return lo, hi
 
 
 BACKENDS = {"mpmath": MpmathBackend, "flint": FlintBackend}

@@ -1,0 +1,141 @@
+"""`overwhelm`: for prefix s, query q and every free string t in a designed set T, the greedy next
+token of M(s + t + q) is k (the model is "overwhelmed" by s; arXiv 2024, Algorithms 1-5).
+
+claim    {"prefix": [int, ...], "query": int, "predicted": int,
+          "free": {"kind": "any", "length": N}            every string of N tokens, or
+                  {"kind": "perm", "tokens": [int, ...]}  every permutation of this multiset}
+evidence {"method": "naive" | "lp", "value_bound": "table" | "norm",
+          "lp_duals": [{"min": {"u": [...], "v": [...]}, "max": {"u": [...], "v": [...]}} per head]
+                      (method "lp" only; rows = multiset entries in claim order, columns = free positions),
+          "deviation": number  claimed upper bound W on how far any logit moves over T,
+          "sample": a prediction claim on s + t0 + q for one t0 in T (its margin is the PTP bound)}
+
+Obligations, in order: the sample's prediction (PTP >= margin); per head the query/prefix scores, the
+free-position score table, the fixed mass and value mean (overwhelm_bounds.prepare); the free attention
+mass bounds (naive, and the LP duals' feasibility in exact rationals); beta bounds; the deviation bound
+W (heads summed per logit); claimed deviation >= W; and deviation < margin / 2 in exact arithmetic.
+"""
+
+from fractions import Fraction
+
+from .. import overwhelm_bounds as ob_bounds
+from ..envelope import fields
+from ..errors import BadInput
+from ..exact import parse_int, parse_number
+from ..forward import Weights
+from ..verify import show
+from .prediction import check_claim, parse_claim as parse_prediction
+
+
+def parse_tokens(value, where: str, cfg, min_len: int) -> list:
+    """A JSON list of token ids of length >= min_len."""
+    if not isinstance(value, list) or not min_len <= len(value) <= cfg.n_ctx:
+        raise BadInput(f"{where}: must be a list of {min_len}..n_ctx={cfg.n_ctx} token ids")
+    return [parse_int(t, f"{where}[{i}]", 0, cfg.d_vocab - 1) for i, t in enumerate(value)]
+
+
+def parse_claim(claim: dict, cfg):
+    """Validate the claim; return (prefix, query, k, free_kind, n_free, multiset or None)."""
+    fields(claim, "claim", {"prefix", "query", "predicted", "free"})
+    prefix = parse_tokens(claim["prefix"], "claim.prefix", cfg, 0)
+    query = parse_int(claim["query"], "claim.query", 0, cfg.d_vocab - 1)
+    k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)
+    free = claim["free"]
+    if not isinstance(free, dict) or free.get("kind") not in ("any", "perm"):
+        raise BadInput('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]}')
+    if free["kind"] == "any":
+        fields(free, "claim.free", {"kind", "length"})
+        n_free, multiset = parse_int(free["length"], "claim.free.length", 1, cfg.n_ctx), None
+    else:
+        fields(free, "claim.free", {"kind", "tokens"})
+        multiset = parse_tokens(free["tokens"], "claim.free.tokens", cfg, 1)
+        n_free = len(multiset)
+    if len(prefix) + n_free + 1 > cfg.n_ctx:
+        raise BadInput(f"claim: n_fix + n_free + 1 = {len(prefix) + n_free + 1} exceeds n_ctx = {cfg.n_ctx}")
+    return prefix, query, k, free["kind"], n_free, multiset
+
+
+def check_sample(B, model, sample, prefix, query, k, n_free, multiset, ob) -> Fraction:
+    """The PTP obligation: the sample lies in the designed set and predicts k with the claimed margin."""
+    tokens, predicted, margin = parse_prediction(sample, model.config, "evidence.sample")
+    n_fix = len(prefix)
+    t = tokens[n_fix:-1]
+    ob.require(tokens[:n_fix] == prefix and tokens[-1] == query and len(t) == n_free,
+               "sample in designed set", "evidence.sample.tokens is not prefix + free string + query")
+    if multiset is not None:
+        ob.require(sorted(t) == sorted(multiset), "sample in designed set",
+                   "the sample's free tokens are not a permutation of claim.free.tokens")
+    ob.require(predicted == k, "sample prediction", f"the sample predicts {predicted}, the claim says {k}")
+    check_claim(B, model, sample, ob, "evidence.sample")
+    return margin
+
+
+def parse_duals(entry, where: str, n: int) -> dict:
+    """{"min": {"u", "v"}, "max": {"u", "v"}} with n exact numbers in each vector."""
+    fields(entry, where, {"min", "max"})
+    out = {}
+    for sense in ("min", "max"):
+        fields(entry[sense], f"{where}.{sense}", {"u", "v"})
+        for vec in ("u", "v"):
+            xs = entry[sense][vec]
+            if not isinstance(xs, list) or len(xs) != n:
+                raise BadInput(f"{where}.{sense}.{vec}: must be a list of {n} exact numbers")
+            out[sense, vec] = [parse_number(x, f"{where}.{sense}.{vec}[{i}]") for i, x in enumerate(xs)]
+    return out
+
+
+def alpha_bounds(B, heads, method, duals, allowed, multiset, ob) -> list:
+    """Per head (lower bound of alpha_free min, upper bound of alpha_free max): naive, tightened by the LP."""
+    out = []
+    for h, hd in enumerate(heads):
+        amin, amax = ob_bounds.naive_alpha(B, hd)
+        if method == "lp":
+            lo, hi = ob_bounds.lp_costs(B, hd, allowed, multiset)
+            d = duals[h]
+            name = f"head {h} assignment LP"
+            amin = max(amin, ob_bounds.lp_bound(d["min", "u"], d["min", "v"], lo, "min", name + " (min)"))
+            amax = min(amax, ob_bounds.lp_bound(d["max", "u"], d["max", "v"], hi, "max", name + " (max)"))
+        out.append((amin, amax))
+    return out
+
+
+def check(model, claim, evidence, B, ob):
+    """Verify an overwhelm certificate."""
+    cfg = model.config
+    ob_bounds.supported(cfg)
+    prefix, query, k, kind, n_free, multiset = parse_claim(claim, cfg)
+    fields(evidence, "evidence", {"method", "value_bound", "deviation", "sample"}, {"lp_duals"})
+    method, mode = evidence["method"], evidence["value_bound"]
+    if method not in ("naive", "lp") or mode not in ("table", "norm"):
+        raise BadInput("evidence: method must be naive|lp and value_bound table|norm")
+    duals = None
+    if method == "lp":
+        if multiset is None:
+            raise BadInput("evidence.method: lp needs a perm free set")
+        raw = evidence.get("lp_duals")
+        if not isinstance(raw, list) or len(raw) != cfg.n_heads:
+            raise BadInput(f"evidence.lp_duals: must list {cfg.n_heads} heads")
+        duals = [parse_duals(e, f"evidence.lp_duals[{h}]", n_free) for h, e in enumerate(raw)]
+    elif "lp_duals" in evidence:
+        raise BadInput("evidence.lp_duals: only with method lp")
+    claimed_w = parse_number(evidence["deviation"], "evidence.deviation")
+    allowed = list(range(cfg.d_vocab)) if multiset is None else sorted(set(multiset))
+    W = Weights(B, model)
+
+    margin = check_sample(B, model, evidence["sample"], prefix, query, k, n_free, multiset, ob)
+    with ob.step("scores, fixed mass and value means per head"):
+        heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, W)
+    with ob.step(f"free attention mass ({method})"):
+        alphas = alpha_bounds(B, heads, method, duals, allowed, multiset, ob)
+    with ob.step("beta bounds"):
+        beta = [ob_bounds.betas(B, hd, *a) for hd, a in zip(heads, alphas)]
+    with ob.step(f"deviation bound ({mode})"):
+        dev, per_head = ob_bounds.deviation(B, model, W, heads, beta, mode)
+    ob.require(claimed_w >= dev, "deviation bound",
+               f"claimed deviation {show(claimed_w)} is below the certified bound {show(dev)}")
+    ob.require(2 * claimed_w < margin, "overwhelm: W < PTP/2",
+               f"deviation {show(claimed_w)} is not below half the sample margin {show(margin)}")
+    free = f"any string of {n_free} tokens" if multiset is None else f"every permutation of {n_free} tokens"
+    ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and {free} in between, the next token "
+                  f"is {k} (deviation <= {show(claimed_w)} < PTP/2 = {show(margin / 2)}; "
+                  f"heads {', '.join(show(x) for x in per_head)})")

@@ -1,0 +1,100 @@
+"""`tcert overwhelm`: generate (and optionally self-check) an overwhelm certificate; demo section."""
+
+import json
+import os
+
+from checker.errors import BadInput
+from checker.modelfile import load_model
+
+from . import certio
+from .commands import parse_tokens
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(ROOT, "certificates", "overwhelm")
+SHIPPED_MODEL = os.path.join(SHIPPED, "neox1l_tiny.safetensors")
+SHIPPED_CERT = os.path.join(SHIPPED, "perm_lp.json")
+
+
+def _tokenizer_ids(model, text, what):
+    """Token ids of `text` with the tokenizer the model file names (transformers), or BadInput."""
+    name = model.config.tokenizer
+    if not name:
+        raise BadInput(f"{what}: the model file names no tokenizer; pass token ids")
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(name).encode(text)
+
+
+def cmd_overwhelm(args) -> int:
+    """Run Algorithm 1/2 in floats; write a certificate only when Overwhelmed (else exit 3)."""
+    from .overwhelm import format_report, generate, parse_free
+    model = load_model(args.model)
+    if args.prefix_text is not None:
+        prefix = _tokenizer_ids(model, args.prefix_text, "--prefix-text")
+    else:
+        prefix = parse_tokens(args.prefix_ids or "")
+    if args.query_text is not None:
+        ids = _tokenizer_ids(model, args.query_text, "--query-text")
+        if len(ids) != 1:
+            raise BadInput("--query-text must be exactly one token")
+        query = ids[0]
+    elif args.query_id is not None:
+        query = args.query_id
+    else:
+        raise BadInput("give --query-id or --query-text")
+    free = args.free
+    if free.startswith("perm-text:"):
+        free = "perm:" + ",".join(str(t) for t in _tokenizer_ids(model, free[len("perm-text:"):], "--free"))
+    spec = parse_free(free)
+    c = model.config
+    toks = prefix + [query] + (spec[2] or [])
+    if any(not 0 <= t < c.d_vocab for t in toks):
+        raise BadInput(f"token ids must lie in [0, {c.d_vocab})")
+    if len(prefix) + spec[1] + 1 > c.n_ctx or spec[1] < 1:
+        raise BadInput(f"need 1 <= n_free and n_fix + n_free + 1 <= n_ctx = {c.n_ctx}")
+    cert, report = generate(model, prefix, query, spec, args.method, args.value_bound, args.hints)
+    if cert is not None:
+        certio.write(args.out, cert)
+        report["out"] = args.out
+    if args.json:
+        print(json.dumps(report, default=float))
+    else:
+        print(format_report(report))
+        print(f"wrote {args.out}" if cert is not None else "no certificate written (Inconclusive)")
+    return 0 if cert is not None else 3
+
+
+def add_commands(sub):
+    """Register `tcert overwhelm`."""
+    p = sub.add_parser("overwhelm", help="certify that a prefix overwhelms the model (paper Algorithms 1-5)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prefix-ids", help="comma-separated prefix token ids")
+    p.add_argument("--prefix-text")
+    p.add_argument("--query-id", type=int)
+    p.add_argument("--query-text")
+    p.add_argument("--free", required=True, help="any:N | perm:ID,ID,... | perm-text:TEXT")
+    p.add_argument("--method", choices=["naive", "lp"], default="lp")
+    p.add_argument("--value-bound", choices=["auto", "table", "norm"], default="auto")
+    p.add_argument("--hints", choices=["auto", "tight", "float"], default="auto",
+                   help="tight: hints from the checker's own enclosures (small models); float: float64 + slack")
+    p.add_argument("--out", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_overwhelm)
+
+
+def demo_section(model, out_dir: str, backend: str) -> bool:
+    """Generate a perm/lp overwhelm certificate on the shipped tiny neox1l model and check it."""
+    from .demo import check_and_report
+    from .overwhelm import format_report, generate
+    with open(SHIPPED_CERT) as f:
+        claim = json.load(f)["claim"]
+    m = load_model(SHIPPED_MODEL)
+    spec = ("perm", len(claim["free"]["tokens"]), claim["free"]["tokens"])
+    print(f"[overwhelm] {os.path.basename(SHIPPED_MODEL)}: prefix of {len(claim['prefix'])} tokens, "
+          f"query {claim['query']}, every permutation of {spec[2]}")
+    cert, report = generate(m, claim["prefix"], claim["query"], spec, "lp")
+    print("  " + format_report(report).replace("\n", "\n  "))
+    if cert is None:
+        return False
+    path = os.path.join(out_dir, "overwhelm.json")
+    certio.write(path, cert)
+    return check_and_report(path, SHIPPED_MODEL, backend)
