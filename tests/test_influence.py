@@ -1,0 +1,317 @@
+"""Influence certificates: soundness by exhaustive rigorous enumeration, per-lemma checks, adversarial
+search, mutation, both backends, hostile claims, and the one-input corollary."""
+
+import copy
+import itertools
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker.cli import verify_files
+from checker.errors import BadInput, Rejected
+from checker.exact import parse_number
+from checker.forward import Weights, final_residual, last_logits, softmax
+from checker.interval import make_backend
+from checker.kinds.influence import harmonic, max_row_dist, opnorm, rate
+from checker.modelfile import load_model
+from conftest import example_scale
+from generator import certio
+from generator.forward import residuals
+from generator.influence import (adversarial_influence, corollary_certificate, influence_certificate,
+                                 robust_toy_model, toy_model)
+from generator.modelio import save_model
+
+CONFIGS = {
+    "L1-causal": dict(n_layers=1, attention="causal"),
+    "L2-causal": dict(n_layers=2, attention="causal"),
+    "L3-causal": dict(n_layers=3, attention="causal"),
+    "L1-bidir": dict(n_layers=1, attention="bidirectional"),
+    "L2-bidir": dict(n_layers=2, attention="bidirectional"),
+    "L3-bidir": dict(n_layers=3, attention="bidirectional", parallel=True, act_fn="gelu"),
+    "L2-noLN-attnonly": dict(n_layers=2, ln=False, attn_only=True),
+    "L2-rotary-gelu_new": dict(n_layers=2, rotary=True, act_fn="gelu_new", d_head=4),
+}
+
+
+def build(tmp_path, name="m", **kw):
+    """Write a toy model and its influence certificate; return (model path, cert path, model, cert)."""
+    kw = {"d_vocab": 3, "n_ctx": 5, "d_model": 6, "n_heads": 2, "d_head": 3, "d_mlp": 8, "scale": 0.3,
+          "eps": "1", **kw}
+    t, cfg = toy_model(**kw)
+    mpath, cpath = str(tmp_path / f"{name}.safetensors"), str(tmp_path / f"{name}.json")
+    save_model(mpath, t, cfg)
+    model = load_model(mpath)
+    cert = influence_certificate(model)
+    certio.write(cpath, cert)
+    return mpath, cpath, model, cert
+
+
+def consts(cert):
+    """The certificate's constants as Fractions."""
+    return {k: parse_number(v, k) for k, v in cert["evidence"]["constants"].items()}
+
+
+def write(tmp_path, cert, name="mut.json"):
+    path = str(tmp_path / name)
+    certio.write(path, cert)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_verifies_and_backends_agree(tmp_path, name):
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
+    ob_f, _ = verify_files(cpath, mpath, "flint")
+    ob_m, _ = verify_files(cpath, mpath, "mpmath")
+    assert ob_f.summary == ob_m.summary
+    cfg = model.config
+    expected = "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
+    assert cert["claim"]["rate"] == expected
+
+
+def rigorous_outputs(model, n, B):
+    """Enclosures (final residual at the last position, next-token distribution) for every input of length n."""
+    W = Weights(B, model)
+    out = {}
+    for tokens in itertools.product(range(model.config.d_vocab), repeat=n):
+        y = final_residual(B, model, list(tokens), W)
+        out[tokens] = (y, softmax(B, last_logits(B, model, list(tokens), W)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["L1-causal", "L2-causal", "L3-causal", "L1-bidir", "L2-bidir", "L3-bidir"])
+def test_exhaustive_soundness(tmp_path, name):
+    """Every single non-final change at every n in range, evaluated rigorously (Arb, 100 bits):
+    ||y - y'|| and ||p - p'||_1 stay within the certified C r(n), C' r(n)."""
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
+    verify_files(cpath, mpath, "flint")
+    claim, cfg = cert["claim"], model.config
+    C, Cp = parse_number(claim["C"], "C"), parse_number(claim["C_prob"], "C_prob")
+    B = make_backend("flint", 100)
+    worst = 0.0
+    for n in range(claim["n_min"], claim["n_max"] + 1):
+        r = rate(claim["rate"], n, cfg.n_layers)
+        outs = rigorous_outputs(model, n, B)
+        for x, (y, p) in outs.items():
+            for i in range(n - 1):
+                for tok in range(x[i] + 1, cfg.d_vocab):
+                    x2 = x[:i] + (tok,) + x[i + 1:]
+                    y2, p2 = outs[x2]
+                    dy = B.upper(B.sqrt(B.fsum((a - b) * (a - b) for a, b in zip(y, y2))))
+                    dp = sum(B.abs_upper(a - b) for a, b in zip(p, p2))
+                    assert dy <= C * r, (n, x, x2, float(dy), float(C * r))
+                    assert dp <= Cp * r, (n, x, x2, float(dp), float(Cp * r))
+                    worst = max(worst, float(dy / (C * r)))
+    assert 0 < worst <= 1
+
+
+def rho(cfg, k, m, n):
+    """The position weight of layer k's E_k: H_m^(k-1)/m (causal) or 1/n (bidirectional); m is 1-based."""
+    if cfg.attention == "causal":
+        return float(harmonic(m)) ** (k - 1) / m
+    return 1.0 / n
+
+
+@pytest.mark.parametrize("name", ["L2-causal", "L3-causal", "L2-bidir", "L3-bidir", "L2-noLN-attnonly"])
+def test_layerwise_lemmas(tmp_path, name):
+    """The induction hypotheses themselves, layer by layer, on all inputs and single changes: residual
+    norms <= B_k, changed position moves <= D_k, position m moves <= E_k rho_k(m). (float64 residuals
+    with a 1e-9 relative allowance; the headline bound is checked rigorously above.)"""
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
+    cfg, k_ = model.config, consts(cert)
+    tol = 1 + 1e-9
+    for n in range(2, cfg.n_ctx + 1):
+        xs = np.array(list(itertools.product(range(cfg.d_vocab), repeat=n)))
+        res = residuals(model, xs)
+        index = {tuple(x): j for j, x in enumerate(xs)}
+        for k in range(cfg.n_layers + 1):
+            assert np.linalg.norm(res[k], axis=-1).max() <= float(k_[f"B{k}"]) * tol
+        for j, x in enumerate(xs):
+            for i in range(n - 1):
+                for tok in range(x[i] + 1, cfg.d_vocab):
+                    x2 = x.copy()
+                    x2[i] = tok
+                    j2 = index[tuple(x2)]
+                    for k in range(1, cfg.n_layers + 1):
+                        d = np.linalg.norm(res[k][j] - res[k][j2], axis=-1)
+                        assert d[i] <= float(k_[f"D{k}"]) * tol
+                        for m in range(n):
+                            if m != i:
+                                assert d[m] <= float(k_[f"E{k}"]) * rho(cfg, k, m + 1, n) * tol + 1e-12, (k, m)
+                            if cfg.attention == "causal" and m < i:
+                                assert d[m] < 1e-9
+
+
+@settings(max_examples=example_scale(6), deadline=None)
+@given(seed=st.integers(0, 10 ** 6), layers=st.integers(1, 4), causal=st.booleans(), n=st.integers(2, 8))
+def test_adversarial_search_never_exceeds(tmp_path_factory, seed, layers, causal, n):
+    """Random + greedy substitution search on random models stays within the certified bounds."""
+    tmp = tmp_path_factory.mktemp("adv")
+    t, cfg = toy_model(layers, 6, 8, 2, 4, 16, 8, "causal" if causal else "bidirectional", scale=0.4,
+                       eps="1/10", seed=seed)
+    mpath = str(tmp / "m.safetensors")
+    save_model(mpath, t, cfg)
+    model = load_model(mpath)
+    cert = influence_certificate(model)
+    cpath = write(tmp, cert, "c.json")
+    verify_files(cpath, mpath, "flint")
+    dy, dp = adversarial_influence(model, n, trials=6, greedy_rounds=1, seed=seed)
+    r = float(rate(cert["claim"]["rate"], n, layers))
+    assert dy <= float(parse_number(cert["claim"]["C"], "C")) * r
+    assert dp <= float(parse_number(cert["claim"]["C_prob"], "C")) * r
+
+
+def test_mutation_every_constant_down_rejected(tmp_path):
+    """Every constant, C and C_prob moved down by 2^-20 relative (more than the generator's slack) -> REJECTED,
+    by both backends."""
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS["L2-causal"])
+    shrink = 1 - Fraction(1, 2 ** 20)
+    names = sorted(cert["evidence"]["constants"])
+    assert len(names) > 30
+    for idx, name in enumerate(names):
+        bad = copy.deepcopy(cert)
+        bad["evidence"]["constants"][name] = certio.num(parse_number(bad["evidence"]["constants"][name], name) * shrink)
+        path = write(tmp_path, bad)
+        for backend in (("flint", "mpmath") if idx % 6 == 0 else ("flint",)):
+            with pytest.raises(Rejected, match=name.replace(".", r"\.")):
+                verify_files(path, mpath, backend)
+    for key in ("C", "C_prob"):
+        bad = copy.deepcopy(cert)
+        bad["claim"][key] = certio.num(parse_number(bad["claim"][key], key) * shrink)
+        with pytest.raises(Rejected, match=f"claim {key}"):
+            verify_files(write(tmp_path, bad), mpath, "flint")
+
+
+def test_claim_and_model_edits_rejected(tmp_path):
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS["L2-causal"])
+    bad = copy.deepcopy(cert)
+    bad["claim"]["n_max"] = 6  # > n_ctx
+    with pytest.raises(BadInput):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["claim"]["rate"] = "inverse"  # the 1/n rate is not what we prove for causal L >= 2
+    with pytest.raises(BadInput, match="harmonic"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    del bad["evidence"]["constants"]["B1"]
+    with pytest.raises(BadInput, match="missing"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["evidence"]["constants"]["junk"] = "1"
+    with pytest.raises(BadInput, match="unused"):
+        verify_files(write(tmp_path, bad), mpath)
+    for key, value in (("power", 99), ("embed_center", ["0"]), ("unembed_center", "x")):
+        bad = copy.deepcopy(cert)
+        bad["evidence"][key] = value
+        with pytest.raises(BadInput):
+            verify_files(write(tmp_path, bad), mpath)
+    other, _, _, _ = build(tmp_path, "other", **dict(CONFIGS["L2-causal"], seed=1))
+    with pytest.raises(Rejected, match="model binding"):
+        verify_files(cpath, other)
+    # a certificate for a shorter range does not cover a longer one: n_max up means bigger constants
+    mpath2, _, model2, cert2 = build(tmp_path, "short", **dict(CONFIGS["L2-bidir"], n_ctx=5))
+    short = influence_certificate(model2, 2, 3)
+    short["claim"]["n_max"] = 5
+    with pytest.raises(Rejected):
+        verify_files(write(tmp_path, short), mpath2)
+
+
+def spectral(W) -> float:
+    """Largest singular value at 60 digits (mpmath), rounded down to a float."""
+    import mpmath
+    with mpmath.workdps(60):
+        s = mpmath.svd_r(mpmath.matrix(np.asarray(W, np.float64).tolist()), compute_uv=False)
+        top = max(s[i] for i in range(len(s)))
+        return float(mpmath.mpf(top) * (1 - mpmath.mpf(10) ** -40))
+
+
+def test_opnorm_and_row_norm_bounds():
+    """The trace-power operator-norm bound is above the true spectral norm and within ~10% at p = 6;
+    the centred row-distance bound is above the float value."""
+    rng = np.random.default_rng(0)
+    B = make_backend("flint")
+    for shape in ((7, 5), (5, 9), (16, 16)):
+        W = rng.normal(size=shape).astype(np.float32)
+        true = spectral(W)
+        for p in (0, 3, 6):
+            bound = float(opnorm(B, [W], p))
+            assert true <= bound
+        assert bound <= 1.12 * true
+        V, O = rng.normal(size=(shape[0], 3)).astype(np.float32), rng.normal(size=(3, shape[0])).astype(np.float32)
+        true_ov = spectral(V.astype(np.float64) @ O.astype(np.float64))
+        assert true_ov <= float(opnorm(B, [V, O], 6)) <= 1.12 * true_ov
+        c = rng.normal(size=shape[1])
+        exact_sq = max(sum((Fraction(float(w)) - Fraction(float(x))) ** 2 for w, x in zip(row, c)) for row in W)
+        got = max_row_dist(B, W, [Fraction(float(x)) for x in c])
+        assert exact_sq <= got ** 2 <= exact_sq * (1 + Fraction(1, 10 ** 12))
+
+
+def robust(tmp_path, layers=2, n_ctx=16, attention="causal"):
+    t, cfg = robust_toy_model(layers, n_ctx=n_ctx, attention=attention)
+    mpath = str(tmp_path / "robust.safetensors")
+    save_model(mpath, t, cfg)
+    return mpath, load_model(mpath)
+
+
+def test_corollary_verifies_and_holds(tmp_path):
+    """The corollary verifies; random substitutions of up to R non-final tokens never change the answer;
+    R beyond what the bound allows, a smaller gap_lipschitz or a larger margin -> REJECTED."""
+    mpath, model = robust(tmp_path)
+    tokens = [1, 2, 3, 4, 5, 6, 7, 0] * 2
+    cert, info = corollary_certificate(model, tokens)
+    assert cert is not None and info["R"] >= 1
+    path = write(tmp_path, cert, "cor.json")
+    for backend in ("flint", "mpmath"):
+        ob, _ = verify_files(path, mpath, backend)
+        assert "survives ANY change" in ob.summary
+    from generator.forward import predictions
+    rng = np.random.default_rng(0)
+    R, k = info["R"], info["predicted"]
+    batch = np.repeat(np.array([tokens]), 400, axis=0)
+    for row in batch:
+        pos = rng.choice(len(tokens) - 1, size=R, replace=False)
+        row[pos] = rng.integers(0, model.config.d_vocab, R)
+    assert (predictions(model, batch) == k).all()
+    bad = copy.deepcopy(cert)
+    bad["claim"]["corollary"]["substitutions"] = info["max_R"] + 1
+    with pytest.raises(Rejected, match="cannot close the gap"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    g = parse_number(bad["claim"]["corollary"]["gap_lipschitz"], "g")
+    bad["claim"]["corollary"]["gap_lipschitz"] = certio.num(g * (1 - Fraction(1, 2 ** 20)))
+    with pytest.raises(Rejected, match="gap_lipschitz"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["claim"]["corollary"]["prediction"]["margin"] = "1000"
+    with pytest.raises(Rejected, match="logit gap"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["claim"]["n_max"] = 8
+    with pytest.raises(BadInput, match="outside"):
+        verify_files(write(tmp_path, bad), mpath)
+
+
+def test_corollary_refuses_when_bound_too_weak(tmp_path):
+    """On a model where one token can flip the answer the generator must not emit a corollary."""
+    mpath, _, model, _ = build(tmp_path, **CONFIGS["L2-causal"])
+    cert, info = corollary_certificate(model, [0, 1, 2, 1])
+    assert cert is None and info["max_R"] == 0
+
+
+def test_cli_round_trip(tmp_path, capsys):
+    from checker.cli import main as check_main
+    from generator.cli import main as tcert_main
+    mpath, model = robust(tmp_path, layers=2, n_ctx=16, attention="bidirectional")
+    out = str(tmp_path / "c.json")
+    assert tcert_main(["influence", "--model", mpath, "--n-min", "3", "--out", out, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["rate"] == "inverse" and summary["n_min"] == 3
+    assert check_main([out, "--model", mpath]) == 0
+    out2 = str(tmp_path / "c2.json")
+    assert tcert_main(["influence", "--model", mpath, "--tokens", "1,2,3,4,5,6,7,0", "--substitutions", "1",
+                       "--out", out2]) == 0
+    assert check_main([out2, "--model", mpath, "--backend", "mpmath"]) == 0
+    assert "survives ANY change of <= 1" in capsys.readouterr().out
