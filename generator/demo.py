@@ -60,6 +60,10 @@ def run_demo(args) -> int:
             continue
         module = importlib.import_module(name)
         if hasattr(module, "demo_section"):
-            results.append(module.demo_section(model, out_dir, args.backend))
+            try:
+                results.append(bool(module.demo_section(model, out_dir, args.backend)))
+            except Exception as e:  # one broken section must not hide the others' results
+                print(f"  section {name} failed: {type(e).__name__}: {e}")
+                results.append(False)
     print(f"{sum(results)} of {len(results)} certificates verified; files in {out_dir}")
     return 0 if all(results) else 1
