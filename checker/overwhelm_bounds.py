@@ -146,6 +146,12 @@ def betas(B, hd: HeadData, amin: Fraction, amax: Fraction):
     return max(bmin, Fraction(0)), min(bmax, Fraction(1))
 
 
+def norm_upper(B, xs) -> Fraction:
+    """An exact upper bound of the Euclidean norm of a vector of intervals."""
+    square = max(B.upper(B.fsum(x * x for x in xs)), Fraction(0))
+    return B.upper(B.sqrt(B.num(square)))
+
+
 def value_bounds(B, model, W: Weights, hd: HeadData, h: int, mode: str):
     """Per logit j, exact (lo, hi) enclosing ((x_t - u_h) W_O^h W_U)_j for every allowed token t.
 
@@ -156,8 +162,8 @@ def value_bounds(B, model, W: Weights, hd: HeadData, h: int, mode: str):
     if mode == "table":
         return ((hd.values @ WO) @ WU).col_bounds()
     M = WO @ WU
-    R = max(B.upper(B.sqrt(B.fsum(x * x for x in row))) for row in hd.values.rows())
-    norms = [B.upper(B.sqrt(B.fsum(x * x for x in col))) for col in M.T.rows()]
+    R = max(norm_upper(B, row) for row in hd.values.rows())
+    norms = [norm_upper(B, col) for col in M.T.rows()]
     return [-R * n for n in norms], [R * n for n in norms]
 
 

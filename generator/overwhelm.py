@@ -196,44 +196,54 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     tight = (c.d_vocab * c.d_model <= TIGHT_AUTO_LIMIT) if hints == "auto" else hints == "tight"
     fm = FloatModel(model)
     T = float_tables(fm, prefix, query, allowed, n_free)
-    rig = rigorous_parts(model, prefix, query, allowed, n_free) if tight else None
-    heads, duals = [], []
-    for h in range(c.n_heads):
-        S = T["S"][h] - T["lq"][h]
-        amin, amax = float(np.exp(S.min(axis=0)).sum()), float(np.exp(S.max(axis=0)).sum())
-        info = {"alpha_fix": float(T["alpha_fix"][h]), "alpha_free_min_naive": amin, "alpha_free_max_naive": amax}
-        if method == "lp":
-            rows = [allowed.index(t) for t in multiset]
-            C = np.exp(S[rows])
-            entry = {}
-            for sense in ("min", "max"):
-                _, _, v = solve_assignment(C, sense)
-                v = v - (v.max() if sense == "min" else v.min())     # canonical shift: keeps u and v small
-                if tight:
-                    costs = [rb.lp_costs(B, parts[h], allowed, multiset) for B, _, parts in rig]
-                    idx = 0 if sense == "min" else 1
-                    pick = min if sense == "min" else max
-                    bounds = [[pick(cs[idx][i][j] for cs in costs) for j in range(n_free)] for i in range(n_free)]
-                else:
-                    f = (1 - FLOAT_SLACK) if sense == "min" else (1 + FLOAT_SLACK)
-                    bounds = (C * f).tolist()
-                u, v, val = repair(v, bounds, sense)
-                entry[sense] = {"u": [certio.num(x) for x in u], "v": [certio.num(x) for x in v]}
-                if sense == "min":
-                    amin = max(amin, float(val))
-                else:
-                    amax = min(amax, float(val))
-            info.update(alpha_free_min_lp=amin, alpha_free_max_lp=amax)
-            duals.append(entry)
-        fix = T["alpha_fix"][h]
-        info.update(beta_min=amin / (fix + amin), beta_max=amax / (fix + amax))
-        heads.append(info)
+    solved = {}
+
+    def heads_and_duals(rig):
+        """Per-head alpha/beta summary and repaired LP duals (against float or rigorous cost bounds)."""
+        heads, duals = [], []
+        for h in range(c.n_heads):
+            S = T["S"][h] - T["lq"][h]
+            amin, amax = float(np.exp(S.min(axis=0)).sum()), float(np.exp(S.max(axis=0)).sum())
+            info = {"alpha_fix": float(T["alpha_fix"][h]), "alpha_free_min_naive": amin, "alpha_free_max_naive": amax}
+            if method == "lp":
+                C = np.exp(S[[allowed.index(t) for t in multiset]])
+                entry = {}
+                for sense in ("min", "max"):
+                    if (h, sense) not in solved:
+                        v = solve_assignment(C, sense)[2]
+                        solved[h, sense] = v - (v.max() if sense == "min" else v.min())  # canonical shift
+                    if rig is not None:
+                        costs = [rb.lp_costs(B, parts[h], allowed, multiset)[0 if sense == "min" else 1]
+                                 for B, _, parts in rig]
+                        pick = min if sense == "min" else max
+                        bounds = [[pick(cs[i][j] for cs in costs) for j in range(n_free)] for i in range(n_free)]
+                    else:
+                        bounds = (C * ((1 - FLOAT_SLACK) if sense == "min" else (1 + FLOAT_SLACK))).tolist()
+                    u, v, val = repair(solved[h, sense], bounds, sense)
+                    entry[sense] = {"u": [certio.num(x) for x in u], "v": [certio.num(x) for x in v]}
+                    if sense == "min":
+                        amin = max(amin, float(val))
+                    else:
+                        amax = min(amax, float(val))
+                info.update(alpha_free_min_lp=amin, alpha_free_max_lp=amax)
+                duals.append(entry)
+            fix = T["alpha_fix"][h]
+            info.update(beta_min=amin / (fix + amin), beta_max=amax / (fix + amax))
+            heads.append(info)
+        return heads, duals
+
+    heads, duals = heads_and_duals(None)
     beta = [(hd["beta_min"], hd["beta_max"]) for hd in heads]
     w_float, per_head = float_deviation(fm, T, beta, value_bound)
     t0 = list(multiset) if multiset is not None else [query] * n_free
     tokens = list(prefix) + t0 + [query]
     sample_claim, p = prediction_claim(model, tokens)
     evidence = {"method": method, "value_bound": value_bound, "sample": sample_claim}
+    # float decision first: the rigorous (tight) pass only runs when it can matter
+    tight = tight and sample_claim is not None and 2 * w_float * (1 + 2.0 ** -20) < p["margin"]
+    if tight:
+        rig = rigorous_parts(model, prefix, query, allowed, n_free)
+        heads, duals = heads_and_duals(rig)
     if method == "lp":
         evidence["lp_duals"] = duals
     if tight:
