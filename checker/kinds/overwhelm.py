@@ -20,7 +20,7 @@ from fractions import Fraction
 
 from .. import overwhelm_bounds as ob_bounds
 from ..envelope import fields
-from ..errors import BadInput
+from ..errors import BadInput, Rejected
 from ..exact import parse_int, parse_number
 from ..forward import Weights
 from ..verify import show
@@ -78,8 +78,11 @@ def parse_duals(entry, where: str, n: int) -> dict:
         fields(entry[sense], f"{where}.{sense}", {"u", "v"})
         for vec in ("u", "v"):
             xs = entry[sense][vec]
-            if not isinstance(xs, list) or len(xs) != n:
-                raise BadInput(f"{where}.{sense}.{vec}: must be a list of {n} exact numbers")
+            if not isinstance(xs, list):
+                raise BadInput(f"{where}.{sense}.{vec}: must be a list of exact numbers")
+            if len(xs) != n:
+                raise Rejected("LP duals match the free set", f"{where}.{sense}.{vec} has {len(xs)} entries, "
+                                                               f"the free multiset {n}")
             out[sense, vec] = [parse_number(x, f"{where}.{sense}.{vec}[{i}]") for i, x in enumerate(xs)]
     return out
 
@@ -111,7 +114,7 @@ def check(model, claim, evidence, B, ob):
     duals = None
     if method == "lp":
         if multiset is None:
-            raise BadInput("evidence.method: lp needs a perm free set")
+            raise Rejected("LP duals match the free set", "method lp needs a perm free set")
         raw = evidence.get("lp_duals")
         if not isinstance(raw, list) or len(raw) != cfg.n_heads:
             raise BadInput(f"evidence.lp_duals: must list {cfg.n_heads} heads")
