@@ -39,39 +39,47 @@ def supported(cfg):
                        "is parallel to attention (neox1l)")
 
 
+CHUNK = 2048   # allowed tokens processed at a time (bounds memory on vocabulary-sized free sets)
+
+
 class HeadData:
-    """Per head: the query's own score, the fixed mass, the free score table and the value table."""
+    """Per head: the query's own score lq, the fixed mass alpha_fix = sum_fixed exp(l_p - lq), the
+    value mean u; per free column the extreme scores (score_lo/hi); the score rows of the LP's tokens
+    (lp_rows); and per logit j the extremes (value_lo/hi) of ((x_t - u) W_O W_U)_j over allowed t."""
 
-    __slots__ = ("lq", "alpha_fix", "free_scores", "u", "values")
+    __slots__ = ("lq", "alpha_fix", "u", "qcols", "bias", "score_lo", "score_hi", "lp_rows", "value_lo", "value_hi")
 
 
-def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, W: Weights | None = None) -> list:
+def ln_rows(B, model, W: Weights, tokens: list):
+    """The LN'd embedding rows of `tokens` (LN is position-independent with rotary positions)."""
+    cfg = model.config
+    ln1 = "blocks.0.ln1" if cfg.has_ln else None
+    return layer_norm(B, B.array(model.tensors["embed.W_E"][tokens]), W, ln1, cfg.eps)
+
+
+def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode: str,
+            lp_tokens=(), W: Weights | None = None) -> list:
     """Enclosures of everything the bound needs that does not depend on hints: one HeadData per head.
 
-    `allowed` are the distinct tokens a free position may hold; free_scores[h] has one row per
-    allowed token and one column per free position (n_fix .. n_fix + n_free - 1).
+    `allowed` are the distinct tokens a free position may hold (free position c is n_fix + c);
+    `lp_tokens` those whose score rows the assignment LP needs; `mode` the value bound (table|norm).
     """
     cfg = model.config
+    if mode == "table" and len(allowed) * cfg.d_vocab * cfg.n_heads > MAX_TABLE_ENTRIES:
+        raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
     W = W or Weights(B, model)
     n_fix, P, dh = len(prefix), len(prefix) + n_free, cfg.d_head
-    tokens = sorted(set(prefix) | {query} | set(allowed))
-    index = {t: i for i, t in enumerate(tokens)}
-    ln1 = "blocks.0.ln1" if cfg.has_ln else None
-    X = layer_norm(B, B.array(model.tensors["embed.W_E"][tokens]), W, ln1, cfg.eps)
-    Xrows = X.rows()
-    fixed = sorted(set(prefix) | {query})
-    Xfix = B.matrix([Xrows[index[t]] for t in fixed])
-    Xfree = X if len(allowed) == len(tokens) else B.matrix([Xrows[index[t]] for t in allowed])
     pre = "blocks.0.attn."
+    fixed = sorted(set(prefix) | {query})
+    Xfix = ln_rows(B, model, W, fixed)
     K = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_K")).rows()))
     Vfix = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_V")).rows()))
-    Vfree = (Xfree @ W.heads_concat(pre + "W_V")).rows()
-    Q = (B.matrix([Xrows[index[query]]]) @ W.heads_concat(pre + "W_Q")).rows()[0]
+    Q = (B.matrix([Xfix.rows()[fixed.index(query)]]) @ W.heads_concat(pre + "W_Q")).rows()[0]
     div = attn_divisor(B, cfg)
     pairs = rotary_pairs(cfg)
     offsets = sorted({P - p for p in range(n_fix)} | set(range(n_free + 1)))
     angles = rotary_angles(B, cfg, offsets)
-    heads, wcols, consts = [], [], []
+    heads = []
     for h in range(cfg.n_heads):
         sl = slice(h * dh, (h + 1) * dh)
         bq, bk = W.vec(pre + "b_Q", h), W.vec(pre + "b_K", h)
@@ -88,35 +96,63 @@ def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, W: W
         hd.alpha_fix = B.fsum(tok_weight.values())
         wrow = B.matrix([[tok_weight[t] for t in fixed]])
         hd.u = (wrow @ B.matrix([Vfix[t][sl] for t in fixed])).scale(1 / hd.alpha_fix).rows()[0]
-        hd.values = B.matrix([[x - c for x, c in zip(row[sl], hd.u)] for row in Vfree])
-        # free position c (offset n_free - c): score(t) = (X_t W_K^h + b_K^h) . qrot / div
+        # free column c has offset n_free - c: score(t) = (X_t W_K^h + b_K^h) . qrot
         cols = B.matrix([qrot[n_free - c] for c in range(n_free)]).T
-        wcols.append(W.mat(pre + "W_K", h) @ cols)
-        consts.append((B.matrix([bk]) @ cols).rows()[0])
+        hd.qcols = W.mat(pre + "W_K", h) @ cols
+        hd.bias = (B.matrix([bk]) @ cols).rows()[0]
+        hd.score_lo, hd.score_hi, hd.lp_rows = None, None, {}
+        hd.value_lo, hd.value_hi = None, None
         heads.append(hd)
-    stacked = B.matrix([sum((w.rows()[i] for w in wcols), []) for i in range(cfg.d_model)])
-    S = (Xfree @ stacked).rows()
-    for h, hd in enumerate(heads):
-        c0 = h * n_free
-        hd.free_scores = B.matrix([[row[c0 + c] + consts[h][c] for c in range(n_free)] for row in S])
+    stacked = B.matrix([sum((hd.qcols.rows()[i] for hd in heads), []) for i in range(cfg.d_model)])
+    WU = W.mat("unembed.W_U")
+    for start in range(0, len(allowed), CHUNK):
+        chunk = allowed[start:start + CHUNK]
+        X = ln_rows(B, model, W, chunk)
+        S = (X @ stacked).rows()
+        V = (X @ W.heads_concat(pre + "W_V")).rows()
+        for h, hd in enumerate(heads):
+            scores = B.matrix([[row[h * n_free + c] + hd.bias[c] for c in range(n_free)] for row in S])
+            hd.lp_rows.update((t, r) for t, r in zip(chunk, scores.rows()) if t in lp_tokens)
+            values = B.matrix([[x - c for x, c in zip(row[h * dh:(h + 1) * dh], hd.u)] for row in V])
+            if mode == "table":
+                lo, hi = ((values @ W.mat(pre + "W_O", h)) @ WU).col_bounds()
+            else:
+                r = max(norm_upper(B, row) for row in values.rows())
+                lo, hi = [-r], [r]
+            hd.score_lo, hd.score_hi = merge(hd.score_lo, hd.score_hi, *scores.col_bounds())
+            hd.value_lo, hd.value_hi = merge(hd.value_lo, hd.value_hi, lo, hi)
+    if mode == "norm":   # |D_tj| <= max_t ||x_t - u||_2 * ||(W_O^h W_U)[:, j]||_2  (Cauchy-Schwarz)
+        for h, hd in enumerate(heads):
+            norms = [norm_upper(B, col) for col in (W.mat(pre + "W_O", h) @ WU).T.rows()]
+            hd.value_lo, hd.value_hi = [hd.value_lo[0] * n for n in norms], [hd.value_hi[0] * n for n in norms]
     return heads
+
+
+def merge(lo, hi, new_lo, new_hi):
+    """Elementwise min of lower and max of upper bound lists (None = nothing yet)."""
+    if lo is None:
+        return list(new_lo), list(new_hi)
+    return [min(a, b) for a, b in zip(lo, new_lo)], [max(a, b) for a, b in zip(hi, new_hi)]
+
+
+def norm_upper(B, xs) -> Fraction:
+    """An exact upper bound of the Euclidean norm of a vector of intervals."""
+    square = max(B.upper(B.fsum(x * x for x in xs)), Fraction(0))
+    return B.upper(B.sqrt(B.num(square)))
 
 
 def naive_alpha(B, hd: HeadData):
     """(lower bound of min alpha_free, upper bound of max alpha_free) from per-position extremes."""
-    lo, hi = hd.free_scores.col_bounds()
-    amin = B.lower(B.fsum(B.exp(B.num(x) - hd.lq) for x in lo))
-    amax = B.upper(B.fsum(B.exp(B.num(x) - hd.lq) for x in hi))
+    amin = B.lower(B.fsum(B.exp(B.num(x) - hd.lq) for x in hd.score_lo))
+    amax = B.upper(B.fsum(B.exp(B.num(x) - hd.lq) for x in hd.score_hi))
     return amin, amax
 
 
-def lp_costs(B, hd: HeadData, allowed: list, multiset: list):
+def lp_costs(B, hd: HeadData, multiset: list):
     """Exact (lower, upper) bounds of the assignment costs exp(l(t_i at free position c) - l_q)."""
-    rows = hd.free_scores.rows()
-    where = {t: i for i, t in enumerate(allowed)}
     lo, hi = [], []
     for t in multiset:
-        es = [B.exp(s - hd.lq) for s in rows[where[t]]]
+        es = [B.exp(s - hd.lq) for s in hd.lp_rows[t]]
         lo.append([B.lower(e) for e in es])
         hi.append([B.upper(e) for e in es])
     return lo, hi
@@ -146,41 +182,15 @@ def betas(B, hd: HeadData, amin: Fraction, amax: Fraction):
     return max(bmin, Fraction(0)), min(bmax, Fraction(1))
 
 
-def norm_upper(B, xs) -> Fraction:
-    """An exact upper bound of the Euclidean norm of a vector of intervals."""
-    square = max(B.upper(B.fsum(x * x for x in xs)), Fraction(0))
-    return B.upper(B.sqrt(B.num(square)))
-
-
-def value_bounds(B, model, W: Weights, hd: HeadData, h: int, mode: str):
-    """Per logit j, exact (lo, hi) enclosing ((x_t - u_h) W_O^h W_U)_j for every allowed token t.
-
-    mode "table": the table itself (rows = allowed tokens). mode "norm": Cauchy-Schwarz,
-    |D_tj| <= max_t ||x_t - u_h||_2 * ||(W_O^h W_U)[:, j]||_2, for when the table is too big.
-    """
-    WO, WU = W.mat("blocks.0.attn.W_O", h), W.mat("unembed.W_U")
-    if mode == "table":
-        return ((hd.values @ WO) @ WU).col_bounds()
-    M = WO @ WU
-    R = max(norm_upper(B, row) for row in hd.values.rows())
-    norms = [norm_upper(B, col) for col in M.T.rows()]
-    return [-R * n for n in norms], [R * n for n in norms]
-
-
-def deviation(B, model, W: Weights, heads: list, beta: list, mode: str):
+def deviation(B, model, heads: list, beta: list):
     """Upper bound W on max_j |logit_j(X) - logit_j(X')| over the designed set; also per-head maxima."""
-    cfg = model.config
-    if mode == "table" and heads and heads[0].values.shape[0] * cfg.d_vocab * cfg.n_heads > MAX_TABLE_ENTRIES:
-        raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
-    total = [Fraction(0)] * cfg.d_vocab
+    total = [Fraction(0)] * model.config.d_vocab
     per_head = []
-    for h, hd in enumerate(heads):
-        bmin, bmax = beta[h]
-        lo, hi = value_bounds(B, model, W, hd, h, mode)
+    for hd, (bmin, bmax) in zip(heads, beta):
         widths = []
-        for j in range(cfg.d_vocab):
-            top = bmax * hi[j] if hi[j] >= 0 else bmin * hi[j]
-            bottom = bmax * lo[j] if lo[j] <= 0 else bmin * lo[j]
+        for lo, hi in zip(hd.value_lo, hd.value_hi):
+            top = bmax * hi if hi >= 0 else bmin * hi
+            bottom = bmax * lo if lo <= 0 else bmin * lo
             widths.append(top - bottom)
         total = [a + b for a, b in zip(total, widths)]
         per_head.append(max(widths))

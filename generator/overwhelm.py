@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from checker import overwhelm_bounds as rb
+from checker.errors import BadInput
 from checker.exact import parse_number
 from checker.forward import Weights
 from checker.interval import make_backend
@@ -44,7 +45,6 @@ def round_up(q) -> float:
 
 def parse_free(spec: str):
     """"any:N" -> ("any", N, None); "perm:3,5,5" -> ("perm", 3, [3, 5, 5])."""
-    from checker.errors import BadInput
     kind, _, rest = spec.partition(":")
     try:
         if kind == "any":
@@ -188,13 +188,13 @@ def float_deviation(fm: FloatModel, T, beta, mode):
     return float(total.max()), per_head
 
 
-def rigorous_parts(model, prefix, query, allowed, n_free):
+def rigorous_parts(model, prefix, query, allowed, n_free, mode, multiset):
     """The checker's hint-independent enclosures for both backends (tight hints)."""
     out = []
     for name in ("mpmath", "flint"):
         B = make_backend(name)
         W = Weights(B, model)
-        out.append((B, W, rb.prepare(B, model, prefix, query, allowed, n_free, W)))
+        out.append((B, W, rb.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()), W)))
     return out
 
 
@@ -206,8 +206,11 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     if method == "lp" and multiset is None:
         method = "naive"   # the LP needs a permutation set; any:N has per-position independence
     allowed = list(range(c.d_vocab)) if multiset is None else sorted(set(multiset))
+    fits = len(allowed) * c.d_vocab * c.n_heads <= rb.MAX_TABLE_ENTRIES
     if value_bound == "auto":
-        value_bound = "table" if len(allowed) * c.d_vocab * c.n_heads <= rb.MAX_TABLE_ENTRIES else "norm"
+        value_bound = "table" if fits else "norm"
+    elif value_bound == "table" and not fits:
+        raise BadInput(f"value bound 'table' needs more than {rb.MAX_TABLE_ENTRIES} entries here; use norm")
     tight = (c.d_vocab * c.d_model <= TIGHT_AUTO_LIMIT) if hints == "auto" else hints == "tight"
     fm = FloatModel(model)
     T = float_tables(fm, prefix, query, allowed, n_free)
@@ -228,7 +231,7 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
                         v = solve_assignment(C, sense)[2]
                         solved[h, sense] = v - (v.max() if sense == "min" else v.min())  # canonical shift
                     if rig is not None:
-                        costs = [rb.lp_costs(B, parts[h], allowed, multiset)[0 if sense == "min" else 1]
+                        costs = [rb.lp_costs(B, parts[h], multiset)[0 if sense == "min" else 1]
                                  for B, _, parts in rig]
                         pick = min if sense == "min" else max
                         bounds = [[pick(cs[i][j] for cs in costs) for j in range(n_free)] for i in range(n_free)]
@@ -257,7 +260,7 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     # float decision first: the rigorous (tight) pass only runs when it can matter
     tight = tight and sample_claim is not None and 2 * w_float * (1 + 2.0 ** -20) < p["margin"]
     if tight:
-        rig = rigorous_parts(model, prefix, query, allowed, n_free)
+        rig = rigorous_parts(model, prefix, query, allowed, n_free, value_bound, multiset)
         heads, duals = heads_and_duals(rig)
     if method == "lp":
         evidence["lp_duals"] = duals
@@ -269,14 +272,14 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
             for h, hd in enumerate(parts):
                 lo_a, hi_a = rb.naive_alpha(B, hd)
                 if method == "lp":
-                    lo_c, hi_c = rb.lp_costs(B, hd, allowed, multiset)
+                    lo_c, hi_c = rb.lp_costs(B, hd, multiset)
                     d = {sense: [[parse_number(x, "dual") for x in duals[h][sense][vec]] for vec in ("u", "v")]
                          for sense in ("min", "max")}
                     lo_a = max(lo_a, rb.lp_bound(*d["min"], lo_c, "min", "generator"))
                     hi_a = min(hi_a, rb.lp_bound(*d["max"], hi_c, "max", "generator"))
                 alphas.append((lo_a, hi_a))
             bet = [rb.betas(B, hd, *a) for hd, a in zip(parts, alphas)]
-            dev = max(dev, rb.deviation(B, model, W, parts, bet, value_bound)[0])
+            dev = max(dev, rb.deviation(B, model, parts, bet)[0])
             if sample_claim is not None:
                 g = logit_gaps(B, model, tokens, p["predicted"], W)
                 m = min(x for j, x in enumerate(g) if j != p["predicted"])

@@ -66,7 +66,7 @@ def test_shipped_certificate_verifies(backend, shipped):
     ob, cert = verify_files(str(CERT), str(MODEL), backend)
     assert cert["kind"] == "overwhelm" and "every permutation of 4 tokens" in ob.summary
     names = [n for n, _ in ob.done]
-    assert "free attention mass (lp)" in names and "deviation bound (table)" in names
+    assert "free attention mass (lp)" in names and "scores, fixed masses, value extremes (table)" in names
 
 
 def test_shipped_claim_is_true_exhaustively(shipped):
@@ -219,10 +219,10 @@ def test_lp_equals_permutation_optimum_and_beats_naive(seed):
     assert lp["deviation"] <= nv["deviation"] * (1 + 1e-12)
     B = make_backend("flint")
     allowed = sorted(set(multiset))
-    heads = rb.prepare(B, model, prefix, 3, allowed, 4)
+    heads = rb.prepare(B, model, prefix, 3, allowed, 4, "table", set(multiset))
     from generator.overwhelm import repair, solve_assignment
     for hd in heads:
-        lo, hi = rb.lp_costs(B, hd, allowed, multiset)
+        lo, hi = rb.lp_costs(B, hd, multiset)
         perms = list(itertools.permutations(range(4)))
         exact_min = min(sum(lo[p[c]][c] for c in range(4)) for p in perms)
         exact_max = max(sum(hi[p[c]][c] for c in range(4)) for p in perms)

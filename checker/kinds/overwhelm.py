@@ -87,13 +87,13 @@ def parse_duals(entry, where: str, n: int) -> dict:
     return out
 
 
-def alpha_bounds(B, heads, method, duals, allowed, multiset, ob) -> list:
+def alpha_bounds(B, heads, method, duals, multiset) -> list:
     """Per head (lower bound of alpha_free min, upper bound of alpha_free max): naive, tightened by the LP."""
     out = []
     for h, hd in enumerate(heads):
         amin, amax = ob_bounds.naive_alpha(B, hd)
         if method == "lp":
-            lo, hi = ob_bounds.lp_costs(B, hd, allowed, multiset)
+            lo, hi = ob_bounds.lp_costs(B, hd, multiset)
             d = duals[h]
             name = f"head {h} assignment LP"
             amin = max(amin, ob_bounds.lp_bound(d["min", "u"], d["min", "v"], lo, "min", name + " (min)"))
@@ -126,14 +126,14 @@ def check(model, claim, evidence, B, ob):
     W = Weights(B, model)
 
     margin = check_sample(B, model, evidence["sample"], prefix, query, k, n_free, multiset, ob)
-    with ob.step("scores, fixed mass and value means per head"):
-        heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, W)
+    with ob.step(f"scores, fixed masses, value extremes ({mode})"):
+        heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()), W)
     with ob.step(f"free attention mass ({method})"):
-        alphas = alpha_bounds(B, heads, method, duals, allowed, multiset, ob)
+        alphas = alpha_bounds(B, heads, method, duals, multiset)
     with ob.step("beta bounds"):
         beta = [ob_bounds.betas(B, hd, *a) for hd, a in zip(heads, alphas)]
-    with ob.step(f"deviation bound ({mode})"):
-        dev, per_head = ob_bounds.deviation(B, model, W, heads, beta, mode)
+    with ob.step("deviation bound"):
+        dev, per_head = ob_bounds.deviation(B, model, heads, beta)
     ob.require(claimed_w >= dev, "deviation bound",
                f"claimed deviation {show(claimed_w)} is below the certified bound {show(dev)}")
     ob.require(2 * claimed_w < margin, "overwhelm: W < PTP/2",
