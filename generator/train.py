@@ -118,3 +118,5 @@ def add_commands(sub):
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_train_maxofk)
+    from .train_text import add_text_command  # `tcert train text` (generator/train_text.py)
+    add_text_command(tsub)
