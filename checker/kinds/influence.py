@@ -54,18 +54,25 @@ class Ledger:
 
 # --- rigorous norms from the weights -----------------------------------------------------------
 
-def max_row_dist(B, arr, center=None) -> Fraction:
-    """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array."""
+def max_row_dists(B, arr, centers) -> list:
+    """Upper bounds of max_r ||arr[r] - c||_2 for each centre c in `centers` (None: the zero vector),
+    in one pass over the rows: ||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2 with blockwise products."""
     arr = np.asarray(arr)
-    crow = [B.num(c) for c in center] if center is not None else None
-    best = Fraction(0)
+    cs = [[Fraction(0)] * arr.shape[1] if c is None else c for c in centers]
+    cols = B.matrix([[B.num(x) for x in c] for c in cs]).T
+    c_sq = [B.num(B.upper(row[j])) for j, row in enumerate((cols.T @ cols).rows())]
+    best = [Fraction(0)] * len(cs)
     for s in range(0, arr.shape[0], ROWS_PER_BLOCK):
         blk = B.array(arr[s:s + ROWS_PER_BLOCK])
-        if crow is not None:
-            blk = blk - B.matrix([crow] * blk.shape[0])
-        g = (blk @ blk.T).rows()
-        best = max([best] + [B.upper(g[i][i]) for i in range(blk.shape[0])])
-    return B.upper(B.sqrt(B.num(best)))
+        g, x = (blk @ blk.T).rows(), (blk @ cols).rows()
+        for j in range(len(cs)):
+            best[j] = max([best[j]] + [B.upper(g[i][i] - 2 * x[i][j] + c_sq[j]) for i in range(blk.shape[0])])
+    return [B.upper(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
+
+
+def max_row_dist(B, arr, center=None) -> Fraction:
+    """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array."""
+    return max_row_dists(B, arr, [center])[0]
 
 
 def vec_norm(B, v) -> Fraction:
@@ -200,11 +207,17 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
     causal = cfg.attention == "causal"
     sqrt_d = up_sqrt(B, Fraction(cfg.d_model))
     with ob.step("embedding: B_0, D_0"):
-        tok = ld.const("embed.token_norm", lambda: max_row_dist(B, t["embed.W_E"]))
+        memo = {}  # one pass over W_E gives both of its row bounds
+
+        def w_e(j):
+            if not memo:
+                memo["d"] = max_row_dists(B, t["embed.W_E"], [None, embed_center])
+            return memo["d"][j]
+        tok = ld.const("embed.token_norm", lambda: w_e(0))
         pos = Fraction(0) if cfg.rotary else ld.const(
             "embed.pos_norm", lambda: max_row_dist(B, t["pos_embed.W_pos"][:n_max]))
         bound = ld.const("B0", lambda: tok + pos)
-        D = ld.const("D0", lambda: 2 * max_row_dist(B, t["embed.W_E"], embed_center))
+        D = ld.const("D0", lambda: 2 * w_e(1))
         E = Fraction(0)
     for layer in range(cfg.n_layers):
         with ob.step(f"block {layer}: B_{layer + 1}, A, K, D_{layer + 1}, E_{layer + 1}"):

@@ -1,0 +1,132 @@
+"""Influence certificates: tightness (certified C r(n) / worst influence found by adversarial search) and speed.
+
+    python benchmarks/bench_influence.py                 # tightness table + docs/influence_tightness.png
+    python benchmarks/bench_influence.py --speed         # also the 4-layer d_model 512, d_vocab 30522 timing
+
+Tightness: for the Max-of-4 anchor and random pre-LN models (generator.randmodel, depth 1-4, causal and
+bidirectional) the table gives, per input length n, the certified bound C r(n), the largest ||y - y'||
+that random + greedy substitution search finds, and their ratio (>= 1 always; 1 would be tight).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from checker.cli import verify_files  # noqa: E402
+from checker.exact import parse_number  # noqa: E402
+from checker.kinds.influence import rate  # noqa: E402
+from checker.modelfile import load_model  # noqa: E402
+from generator import certio  # noqa: E402
+from generator.influence import adversarial_influence, influence_certificate  # noqa: E402
+from generator.modelio import save_model  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANCHOR = os.path.join(ROOT, "certificates", "anchors", "maxofk", "maxof4_seed123.npz")
+
+
+def anchor_model(tmp):
+    """The Max-of-4 anchor as a model file (1 layer, attention-only, no LN, causal)."""
+    from generator.importers import import_npz
+    t, cfg = import_npz(ANCHOR, {"attention": "causal"})
+    path = os.path.join(tmp, "maxof4.safetensors")
+    save_model(path, t, cfg)
+    return path
+
+
+def random_preln(tmp, layers, attention, seed=0):
+    from generator.randmodel import random_model
+    t, cfg = random_model("preln", d_vocab=64, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=32,
+                          n_layers=layers, seed=seed, attention=attention)
+    path = os.path.join(tmp, f"preln_{layers}_{attention}.safetensors")
+    save_model(path, t, cfg)
+    return path
+
+
+def tightness(tmp, trials):
+    """Rows (model, depth, mask, n, bound, found, ratio)."""
+    rows = []
+    models = [("maxof4", anchor_model(tmp))]
+    for layers in (1, 2, 3, 4):
+        for att in ("causal", "bidirectional"):
+            models.append((f"preln-{att[:5]}", random_preln(tmp, layers, att)))
+    for name, path in models:
+        model = load_model(path)
+        cfg = model.config
+        cert = influence_certificate(model)
+        cpath = os.path.join(tmp, "c.json")
+        certio.write(cpath, cert)
+        verify_files(cpath, path, "flint")
+        C = parse_number(cert["claim"]["C"], "C")
+        for n in sorted({2, 4, 8, 16, 32} & set(range(2, cfg.n_ctx + 1)) | {cfg.n_ctx}):
+            bound = float(C * rate(cert["claim"]["rate"], n, cfg.n_layers))
+            found, _ = adversarial_influence(model, n, trials=trials, greedy_rounds=1, seed=n)
+            rows.append((name, cfg.n_layers, cfg.attention, n, bound, found, bound / found if found else float("inf")))
+            print(f"{name:14s} L={cfg.n_layers} {cfg.attention:13s} n={n:3d}  bound {bound:10.4g}  found {found:9.4g}"
+                  f"  ratio {rows[-1][-1]:10.4g}", flush=True)
+    return rows
+
+
+def plot(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    keys = sorted({(r[0], r[1], r[2]) for r in rows}, key=lambda k: (k[0] != "maxof4", k[2], k[1]))
+    for key in keys:
+        pts = [(r[3], r[6]) for r in rows if (r[0], r[1], r[2]) == key]
+        style = "-o" if key[2] == "causal" else "--s"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{key[0]} L={key[1]}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("input length n")
+    ax.set_ylabel("certified C r(n) / worst found ||y - y'||")
+    ax.set_title("Influence bound slack (solid: causal, dashed: bidirectional)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def speed(tmp):
+    """Generator and checker (Arb) seconds on a 4-layer d_model 512, d_vocab 30522 random pre-LN model."""
+    from generator.randmodel import random_model
+    t, cfg = random_model("preln", d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=512,
+                          n_layers=4, seed=0)
+    path = os.path.join(tmp, "big.safetensors")
+    save_model(path, t, cfg)
+    del t
+    model = load_model(path)
+    start = time.perf_counter()
+    cert = influence_certificate(model)
+    gen = time.perf_counter() - start
+    cpath = os.path.join(tmp, "big.json")
+    certio.write(cpath, cert)
+    start = time.perf_counter()
+    ob, _ = verify_files(cpath, path, "flint")
+    chk = time.perf_counter() - start
+    print(f"speed: 4 layers, d_model 512, d_vocab 30522, n_ctx 512: generator {gen:.1f} s, checker (Arb) {chk:.1f} s")
+    print(f"  {ob.summary}")
+    for name, secs in sorted(ob.done, key=lambda x: -x[1])[:6]:
+        print(f"  {secs:7.1f} s  {name}")
+    return gen, chk
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "influence_tightness.png"))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = tightness(tmp, args.trials)
+        plot(rows, args.plot)
+        print(f"plot: {args.plot}")
+        if args.speed:
+            speed(tmp)
+
+
+if __name__ == "__main__":
+    main()
