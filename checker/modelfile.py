@@ -9,6 +9,7 @@ weights are refused, and nothing is ever unpickled. Any problem raises `BadInput
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -40,6 +41,8 @@ CONFIG_DEFAULTS = {
     "attn_scale": None,
     "tokenizer": None,
 }
+# Config numbers: a decimal with optional exponent ("1e-05", "0.5", "10000") or a ratio ("1/100000").
+_CONFIG_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\Z|[+-]?[0-9]+/[0-9]+\Z")
 CONFIG_INTS = ("n_layers", "d_model", "n_heads", "d_head", "d_vocab", "n_ctx")
 ACT_FNS = ("relu", "gelu", "gelu_new")
 
@@ -104,8 +107,13 @@ def _exact_config_number(value, key) -> Fraction:
     """Config numbers are exact decimals: 1e-5 means exactly 1/100000, not the nearest double."""
     if isinstance(value, bool) or not isinstance(value, (int, str, float)):
         raise BadInput(f"model config: {key} must be a number")
+    text = repr(value) if isinstance(value, float) else str(value)
+    form = _CONFIG_NUMBER.match(text)
+    if len(text) > 100 or not form or abs(int(form.group(1) or 0)) > 100:
+        # Fraction("1e999999999") would build a billion-digit integer: refuse before parsing.
+        raise BadInput(f"model config: {key}={text[:40]!r} is not a decimal, p/q or exponent within 100")
     try:
-        out = Fraction(str(value)) if not isinstance(value, float) else Fraction(repr(value))
+        out = Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise BadInput(f"model config: {key}={value!r} is not an exact number") from None
     if out <= 0 or out > 10 ** 12 or out.denominator > 10 ** 30:
@@ -255,7 +263,7 @@ def parse_model_bytes(data: bytes) -> Model:
     for name, info in header.items():
         if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
             raise BadInput(f"model file: tensor {name}: entry must have dtype, shape, data_offsets")
-        dtype = DTYPES.get(info["dtype"])
+        dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
         if dtype is None:
             raise BadInput(f"model file: tensor {name}: dtype {info['dtype']!r} not one of {sorted(DTYPES)}")
         shape = info["shape"]
