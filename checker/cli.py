@@ -68,8 +68,14 @@ def main(argv=None) -> int:
         code, line = EXIT_INTERNAL, f"INTERNAL ERROR: {type(e).__name__}: {str(e)[:200]}"
         result.update(verdict="INTERNAL ERROR", error=line)
     result["seconds"] = round(time.perf_counter() - start, 3)
-    print(json.dumps(result) if args.json else line.replace("\n", " "))
+    print(json.dumps(result) if args.json else one_line(line))
     return code
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable ASCII line: line breaks, control characters, lone surrogates (which a
+    hostile certificate can put in a key quoted by a message) and other non-ASCII are escaped."""
+    return "".join(c if c.isascii() and c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def run():
