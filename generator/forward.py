@@ -355,12 +355,105 @@ def all_logits(model: Model, tokens_1d) -> np.ndarray:
     return _unembed(W, resid)
 
 
+def _count_rows(lg, mx, unique) -> int:
+    """How many rows of logits lg (R, V) put the max token mx (R,) on top (strictly if unique)."""
+    top = lg.argmax(axis=1)  # the first index attaining the row's maximum
+    ok = top == mx
+    if unique:
+        # A row is a unique win only if no other entry equals its maximum. Exact float ties are
+        # rare, so count them over the whole chunk first and look per row only when there are any.
+        eq = lg == np.take_along_axis(lg, top[:, None], axis=1)
+        if np.count_nonzero(eq) > len(lg):
+            ok &= np.count_nonzero(eq, axis=1) == 1
+    return int(np.count_nonzero(ok))
+
+
+def _enum_tables(W: _Weights, n):
+    """Tables for counting over all inputs of a fast-path model, or None when unsafe.
+
+    The inputs are (prefix, a, b) with a = x_{n-2}, b = x_{n-1}. With one softmax shift m[b, h]
+    (the largest score query token b can see) every exp-score is exp(S - m) <= 1 and depends on
+    (r, b, x_r) only, so per head
+        logits = (C[prefix, b] + e(n-2, b, a) * VO[a]) / Z[prefix, b, a] + direct[b],
+    where C folds the prefix and last-position values through W_O W_U. Per input that is a few
+    vector operations on d_vocab numbers and no gather or matmul. The shift is only safe when the
+    last position's own term cannot underflow (it bounds Z from below independently of the prefix).
+    """
+    c = W.c
+    v, h, dh, d = c.d_vocab, c.n_heads, c.d_head, c.d_model
+    hd = h * dh
+    if n < 2 or v * v * h * v > _TABLE_LIMIT:
+        return None
+    scores_t, rows_t, out_map, out_bias = _fast_tables(W, n)
+    S = scores_t.reshape(n, v, v, h)  # S[r, b, x_r, h]
+    m = S.max(axis=(0, 2))  # (V_b, H)
+    diag = S[n - 1, np.arange(v), np.arange(v)] - m  # last position's own score, shifted
+    if diag.min() < -500:  # exp would lose the lower bound on Z: use the plain path instead
+        return None
+    E = np.exp(S - m[None, :, None, :])
+    vals = rows_t[:n * v, :hd].reshape(n, v, h, dh)
+    ou = out_map[:hd].reshape(h, dh, -1)  # per-head W_O W_U
+    vo = np.einsum("xhd,hdo->xho", vals[n - 2], ou)  # (V_a, H, V) value of a, through to logits
+    grid = E[n - 2][..., None] * vo[None]  # (V_b, V_a, H, V)
+    el = np.exp(diag)  # (V_b, H)
+    base_c = (el[..., None] * vals[n - 1]).astype(np.float64)  # (V_b, H, Dh): last position's own value
+    direct = rows_t[n * v:, :d] @ out_map[hd:] + out_bias  # (V_b, V)
+    return E, vals, ou, grid, el, base_c, direct
+
+
+def _count_enumerated(W: _Weights, n, unique, tables) -> int:
+    E, vals, ou, grid, el, base_c, direct = tables
+    c = W.c
+    v, h = c.d_vocab, c.n_heads
+    head = n - 2
+    n_prefix = v ** head
+    # Work items of about 2^19 logits: small enough to stay in cache, large enough to amortise calls.
+    per = max(1, (1 << 19) // (v * v * v))
+    place = v ** np.arange(head - 1, -1, -1)
+    ab_max = np.maximum(np.arange(v)[:, None], np.arange(v)[None, :])  # max(b, a): (V_b, V_a)
+    if h == 1:
+        # One head: every row's logits share the positive denominator Z, so Z * logits has the
+        # same order and the division can be skipped. Fold direct[b] into both numerator parts:
+        # (C + G)/Z + D = (C + D*zp + G + D*e_a)/Z.
+        grid1 = grid[:, :, 0, :] + direct[:, None, :] * E[n - 2][:, :, 0, None]  # (V_b, V_a, V)
+
+    def run(start):
+        pre = np.arange(start, min(start + per, n_prefix))
+        digits = (pre[:, None] // place[None, :]) % v if head else np.zeros((len(pre), 0), np.intp)
+        P = len(pre)
+        num = np.broadcast_to(base_c, (P, v) + base_c.shape[1:]).copy()  # (P, V_b, H, Dh)
+        zp = np.broadcast_to(el, (P, v, h)).copy()  # (P, V_b, H)
+        for r in range(head):
+            e = E[r][:, digits[:, r]].transpose(1, 0, 2)  # (P, V_b, H)
+            num += e[..., None] * vals[r][digits[:, r]][:, None]
+            zp += e
+        cvec = np.einsum("pbhd,hdo->pbho", num, ou)  # (P, V_b, H, V)
+        if h == 1:
+            c1 = cvec[:, :, 0, :] + direct[None] * zp[:, :, 0, None]
+            lg = c1[:, :, None, :] + grid1[None]  # (P, V_b, V_a, V): Z * logits
+        else:
+            lg = np.zeros((P, v, v, c.d_vocab))
+            for hh in range(h):
+                z = zp[:, :, None, hh] + E[n - 2][None, :, :, hh]  # (P, V_b, V_a)
+                part = cvec[:, :, None, hh, :] + grid[None, :, :, hh, :]
+                part /= z[..., None]
+                lg += part
+            lg += direct[None, :, None, :]
+        pmax = digits.max(axis=1) if head else np.zeros(P, np.intp)
+        mx = np.maximum(pmax[:, None, None], ab_max[None])
+        return _count_rows(lg.reshape(-1, c.d_vocab), mx.reshape(-1), unique)
+
+    with ThreadPoolExecutor(_THREADS) as pool:
+        return sum(pool.map(run, range(0, n_prefix, per)))
+
+
 def count_max_correct(model: Model, n=None, unique=True) -> int:
     """Number of the d_vocab^n inputs whose prediction is the max token (Max-of-K accuracy).
 
     With unique=True an input counts only when the max token's logit is strictly above every other
     logit (a tie is not a correct answer); with unique=False argmax's lowest-index tie-break is used.
-    Inputs are enumerated in lexicographic order, chunk by chunk, so memory stays bounded.
+    1-layer attention-only models are counted by `_count_enumerated` (the same float64 formula,
+    factored over the enumeration); others run `logits` over all inputs chunk by chunk.
     """
     W = _weights(model)
     c = W.c
@@ -369,6 +462,9 @@ def count_max_correct(model: Model, n=None, unique=True) -> int:
     v = c.d_vocab
     total = v ** n
     fast = _fast_ok(c, n)
+    tables = _enum_tables(W, n) if fast else None
+    if tables is not None:
+        return _count_enumerated(W, n, unique, tables)
     fn = _last_logits_fast if fast else _last_logits_general
     rows = _chunk_rows(c, n, fast)
     place = v ** np.arange(n - 1, -1, -1)
@@ -376,14 +472,7 @@ def count_max_correct(model: Model, n=None, unique=True) -> int:
     def run(start):
         flat = np.arange(start, min(start + rows, total))
         toks = (flat[:, None] // place[None, :]) % v
-        lg = fn(W, toks)
-        mx = toks.max(axis=1)
-        r = np.arange(len(toks))
-        if not unique:
-            return int(np.count_nonzero(lg.argmax(axis=1) == mx))
-        target = lg[r, mx].copy()
-        lg[r, mx] = -np.inf
-        return int(np.count_nonzero(target > lg.max(axis=1)))
+        return _count_rows(fn(W, toks), toks.max(axis=1), unique)
 
     with ThreadPoolExecutor(_THREADS) as pool:
         return sum(pool.map(run, range(0, total, rows)))
