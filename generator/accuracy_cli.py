@@ -1,0 +1,77 @@
+"""`tcert accuracy`: Max-of-K accuracy certificates (brute | cubic | subcubic[:NAME]); demo section."""
+
+import json
+import os
+import time
+
+from checker.errors import BadInput
+from checker.modelfile import load_model
+
+from . import certio
+
+STRATEGIES = ("brute", "cubic", "subcubic")
+
+
+def is_maxofk(model) -> bool:
+    """Whether the model has the architecture the accuracy kind speaks about."""
+    c = model.config
+    return (c.n_layers == 1 and c.n_heads == 1 and c.attn_only and not c.has_ln and not c.rotary
+            and c.n_ctx >= 2 and c.d_vocab >= 2)
+
+
+def cmd_accuracy(args) -> int:
+    """Generate one accuracy certificate; print its report (wall times only here, never in the file)."""
+    from .accuracy import make_certificate
+    model = load_model(args.model)
+    if not is_maxofk(model):
+        raise BadInput("accuracy: needs a 1-layer, 1-head, attention-only model with learned positions")
+    if args.strategy.partition(":")[0] not in STRATEGIES:
+        raise BadInput(f"--strategy must be one of brute, cubic, subcubic[:NAME] (got {args.strategy!r})")
+    c = model.config
+    if args.strategy == "brute" and c.d_vocab ** c.n_ctx > 1 << 26:
+        raise BadInput(f"brute force over {c.d_vocab}^{c.n_ctx} inputs is out of range")
+    true_count = args.true_count
+    start = time.perf_counter()
+    cert, report = make_certificate(model, args.strategy, true_count)
+    certio.write(args.out, cert)
+    report.update(out=args.out, seconds=round(time.perf_counter() - start, 3))
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print(f"{args.strategy}: correct on >= {report['bound']} of {report['inputs']} inputs "
+              f"({report['bound_over_inputs']})"
+              + (f", bound/true {report['bound_over_true']}" if "bound_over_true" in report else "")
+              + f"; {report['complexity']}, {report['flops']:.3g} FLOPs, {report['seconds']:.2f} s -> {args.out}")
+    return 0
+
+
+def add_commands(sub):
+    """Register `tcert accuracy`."""
+    p = sub.add_parser("accuracy", help="certify a lower bound on a Max-of-K model's accuracy")
+    p.add_argument("--model", required=True)
+    p.add_argument("--strategy", default="cubic", help="brute | cubic | subcubic[:NAME]")
+    p.add_argument("--out", required=True)
+    p.add_argument("--true-count", type=int, default=None,
+                   help="exact number of correct inputs, if known (reported as bound / true accuracy)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_accuracy)
+
+
+def demo_section(model, out_dir: str, backend: str) -> bool:
+    """Cubic accuracy certificate for the demo model (the Max-of-4 anchor by default), then check it."""
+    from .accuracy import make_certificate
+    from .demo import check_and_report
+    if not is_maxofk(model):
+        print("[accuracy] skipped: the demo model is not a 1-layer attention-only Max-of-K model")
+        return True
+    c = model.config
+    print(f"[accuracy] Max-of-{c.n_ctx}, d_vocab {c.d_vocab}: cubic proof over pure sequences "
+          f"({c.d_vocab ** c.n_ctx} inputs)")
+    start = time.perf_counter()
+    cert, report = make_certificate(model, "cubic")
+    path = os.path.join(out_dir, "accuracy_cubic.json")
+    certio.write(path, cert)
+    print(f"  generator ({time.perf_counter() - start:.2f} s): correct on >= {report['bound']} of "
+          f"{report['inputs']} inputs ({report['bound_over_inputs']}), {len(cert['evidence']['cases'])} "
+          f"cases -> {path}")
+    return check_and_report(path, model.path, backend)

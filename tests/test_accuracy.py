@@ -1,0 +1,266 @@
+"""Accuracy certificates (Max-of-K): soundness against exhaustive enumeration, mutation, both backends."""
+
+import copy
+import functools
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker.cli import verify_files
+from checker.errors import BadInput, Rejected
+from checker.forward import last_logits
+from checker.interval import make_backend
+from checker.modelfile import load_model
+from conftest import CERTIFICATES, example_scale
+from generator import certio
+from generator.accuracy import make_certificate
+from generator.forward import logits
+from generator.modelio import save_model
+
+STRATEGIES = ("brute", "cubic")
+SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
+
+
+def train_tiny(v: int, k: int, seed: int, steps: int = 300, d: int = 8):
+    """A tiny 1-layer attention-only Max-of-k model trained with torch on all v^k inputs."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    std = 0.8 / d ** 0.5
+    shapes = {"embed.W_E": (v, d), "pos_embed.W_pos": (k, d), "blocks.0.attn.W_Q": (1, d, d),
+              "blocks.0.attn.W_K": (1, d, d), "blocks.0.attn.W_V": (1, d, d), "blocks.0.attn.W_O": (1, d, d),
+              "unembed.W_U": (d, v)}
+    p = {n: (torch.randn(s, generator=g) * std).requires_grad_() for n, s in shapes.items()}
+    toks = torch.tensor(list(itertools.product(range(v), repeat=k)))
+    target = toks.max(dim=1).values
+    opt = torch.optim.AdamW(p.values(), lr=3e-2, weight_decay=0.01)
+    for _ in range(steps):
+        x = p["embed.W_E"][toks] + p["pos_embed.W_pos"]
+        q = x[:, -1] @ p["blocks.0.attn.W_Q"][0]
+        kk = x @ p["blocks.0.attn.W_K"][0]
+        a = torch.softmax(torch.einsum("bd,bnd->bn", q, kk) / d ** 0.5, dim=-1)
+        z = torch.einsum("bn,bnd->bd", a, x @ p["blocks.0.attn.W_V"][0]) @ p["blocks.0.attn.W_O"][0]
+        loss = torch.nn.functional.cross_entropy((x[:, -1] + z) @ p["unembed.W_U"], target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    tensors = {n: t.detach().numpy().astype(np.float32) for n, t in p.items()}
+    tensors.update({"blocks.0.attn.b_Q": np.zeros((1, d), np.float32), "blocks.0.attn.b_K": np.zeros((1, d), np.float32),
+                    "blocks.0.attn.b_V": np.zeros((1, d), np.float32), "blocks.0.attn.b_O": np.zeros(d, np.float32),
+                    "unembed.b_U": np.zeros(v, np.float32)})
+    config = dict(n_layers=1, d_model=d, n_heads=1, d_head=d, d_vocab=v, n_ctx=k, attn_only=True,
+                  normalization_type=None)
+    return tensors, config
+
+
+@functools.lru_cache(maxsize=None)
+def trained(v: int, k: int, seed: int):
+    import torch
+    torch.set_num_threads(1)
+    return train_tiny(v, k, seed, steps=150)
+
+
+def constructed(v: int, k: int, sharp: float, gain: float, noise: float, seed: int):
+    """A hand-built Max-of-k model plus Gaussian noise: attention score sharp * t / (v - 1) on key
+    token t (a size direction read by a constant query direction), values copied to a separate
+    logit subspace with `gain`; the direct path reads nothing. noise = 0 is a near-perfect model."""
+    d = 2 * v + 2
+    E = np.zeros((v, d))
+    E[np.arange(v), np.arange(v)] = 1
+    E[:, v] = np.arange(v) / (v - 1)
+    P = np.zeros((k, d))
+    P[:, v + 1] = 1
+    WQ, WK, WO, WU = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, v))
+    WQ[v + 1, 0] = sharp
+    WK[v, 0] = 1
+    WO[np.arange(v), v + 2 + np.arange(v)] = 1
+    WU[v + 2 + np.arange(v), np.arange(v)] = gain
+    rng = np.random.default_rng(seed)
+    t = {"embed.W_E": E, "pos_embed.W_pos": P, "blocks.0.attn.W_Q": WQ[None], "blocks.0.attn.W_K": WK[None],
+         "blocks.0.attn.W_V": np.eye(d)[None], "blocks.0.attn.W_O": WO[None], "unembed.W_U": WU}
+    t = {n: (a + noise * rng.standard_normal(a.shape)).astype(np.float32) for n, a in t.items()}
+    t.update({"blocks.0.attn.b_Q": np.zeros((1, d), np.float32), "blocks.0.attn.b_K": np.zeros((1, d), np.float32),
+              "blocks.0.attn.b_V": (noise * rng.standard_normal((1, d))).astype(np.float32),
+              "blocks.0.attn.b_O": np.zeros(d, np.float32), "unembed.b_U": np.zeros(v, np.float32)})
+    config = dict(n_layers=1, d_model=d, n_heads=1, d_head=d, d_vocab=v, n_ctx=k, attn_only=True,
+                  normalization_type=None)
+    return t, config
+
+
+def oracle_upper(model) -> int:
+    """Number of inputs not certainly answered wrong (an upper bound on the exact count): float64
+    decides clear cases, the rigorous forward pass the near-ties."""
+    c = model.config
+    toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
+    lg = logits(model, toks)
+    mx = toks.max(axis=1)
+    right = lg[np.arange(len(toks)), mx]
+    lg[np.arange(len(toks)), mx] = -np.inf
+    gap = right - lg.max(axis=1)
+    count = int(np.count_nonzero(gap > 1e-6))
+    B = make_backend("flint")
+    for i in np.nonzero(np.abs(gap) <= 1e-6)[0]:
+        L = last_logits(B, model, [int(t) for t in toks[i]])
+        m = int(mx[i])
+        if not all(B.upper(L[m] - L[x]) <= 0 for x in range(c.d_vocab) if x != m):
+            count += 1   # not certainly wrong
+    return count
+
+
+def write_model(tmp_path, tensors, config, name="m.safetensors"):
+    path = str(tmp_path / name)
+    save_model(path, tensors, config)
+    return path
+
+
+def certify(model_path, strategy, tmp_path, backend="flint"):
+    """Generate, write and check one certificate; return (claimed N, certificate path)."""
+    model = load_model(model_path)
+    cert, report = make_certificate(model, strategy)
+    path = str(tmp_path / f"{strategy.replace(':', '_')}.json")
+    certio.write(path, cert)
+    verify_files(path, model_path, backend)
+    return report["bound"], path
+
+
+# ---------------------------------------------------------------------------------------------- soundness
+
+NONTRIVIAL = {s: 0 for s in STRATEGIES}
+
+
+@settings(max_examples=example_scale(100))
+@given(v=st.integers(5, 8), k=st.integers(2, 3), sharp=st.sampled_from([1.0, 4.0, 15.0, 40.0]),
+       gain=st.sampled_from([0.5, 3.0]), noise=st.sampled_from([0.0, 0.02, 0.1, 0.3, 1.0]),
+       seed=st.integers(0, 2 ** 16))
+def test_bounds_never_exceed_exact_count(tmp_path_factory, v, k, sharp, gain, noise, seed):
+    tmp = tmp_path_factory.mktemp("acc")
+    path = write_model(tmp, *constructed(v, k, sharp, gain, noise, seed))
+    exact = oracle_upper(load_model(path))
+    for strategy in STRATEGIES:
+        n_flint, cert = certify(path, strategy, tmp)
+        assert n_flint <= exact, (strategy, n_flint, exact)
+        if seed % 4 == 0:
+            verify_files(cert, path, "mpmath")          # the reference backend agrees
+        NONTRIVIAL[strategy] += n_flint > 0
+
+
+def test_nontrivial_bounds_occur():
+    """Runs after the property test (file order): every strategy proved something somewhere."""
+    if not any(NONTRIVIAL.values()):
+        pytest.skip("property test did not run in this session")
+    assert all(NONTRIVIAL[s] > 0 for s in STRATEGIES), NONTRIVIAL
+
+
+def test_trained_models(tmp_path):
+    """Briefly trained models: brute force is exact, the others are sound and nontrivial."""
+    for v, k, seed in ((6, 3, 0), (8, 2, 1)):
+        path = write_model(tmp_path, *trained(v, k, seed), name=f"{v}{k}{seed}.safetensors")
+        exact = oracle_upper(load_model(path))
+        for strategy in STRATEGIES:
+            n, _ = certify(path, strategy, tmp_path)
+            assert 0 < n <= exact
+            if strategy == "brute":
+                assert n == exact
+
+
+# ---------------------------------------------------------------------------------------------- mutation
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mut")
+    path = write_model(tmp, *constructed(8, 3, 15.0, 3.0, 0.1, 1))
+    certs = {s: certify(path, s, tmp)[1] for s in STRATEGIES}
+    return tmp, path, certs
+
+
+def mutated(tmp, cert_path, edit):
+    with open(cert_path) as f:
+        cert = json.load(f)
+    edit(cert)
+    out = str(tmp / "mut.json")
+    with open(out, "w") as f:
+        json.dump(cert, f)
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_claim_one_more_is_rejected(tiny, strategy):
+    tmp, path, certs = tiny
+    bad = mutated(tmp, certs[strategy], lambda c: c["claim"].update(
+        correct_at_least=c["claim"]["correct_at_least"] + 1))
+    with pytest.raises(Rejected, match="count"):
+        verify_files(bad, path, "flint")
+
+
+def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
+    """Add to a case a non-max token whose pure sequence the model gets wrong: must be rejected."""
+    tmp, path, certs = tiny
+    model = load_model(path)
+    cert = json.load(open(certs["cubic"]))
+    n = model.config.n_ctx
+    tried = 0
+    for j, (m, q, c, mask) in enumerate(cert["evidence"]["cases"]):
+        if c == 0:
+            continue
+        for k in range(m):
+            if int(mask, 16) >> k & 1:
+                continue
+            seq = [m] * (n - 1 - c) + [k] * c + [q]
+            lg = logits(model, np.array([seq]))[0]
+            if np.sort(lg)[-2] < lg[m] - 1e-6:
+                continue           # that input is right: adding k need not fail
+            bad = mutated(tmp, certs["cubic"], lambda cc: cc["evidence"]["cases"][j].__setitem__(
+                3, format(int(mask, 16) | 1 << k, "x")))
+            with pytest.raises(Rejected, match="cubic case"):
+                verify_files(bad, path, "flint")
+            tried += 1
+            break
+        if tried >= 3:
+            break
+    assert tried > 0
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda c: c["evidence"]["cases"].append(c["evidence"]["cases"][0]), "twice"),
+    (lambda c: c["evidence"]["cases"][0].__setitem__(3, "XYZ"), "hex"),
+    (lambda c: c["evidence"]["cases"][0].__setitem__(2, 7), "outside"),
+    (lambda c: c["evidence"].update(strategy="magic"), "unknown strategy"),
+    (lambda c: c["claim"].update(n_ctx=4), "n_ctx"),
+])
+def test_malformed_cubic_evidence_is_bad_input(tiny, edit, msg):
+    tmp, path, certs = tiny
+    with pytest.raises(BadInput, match=msg):
+        verify_files(mutated(tmp, certs["cubic"], edit), path, "flint")
+
+
+def test_certificate_bound_to_other_model_is_rejected(tiny, tmp_path):
+    tmp, path, certs = tiny
+    other = write_model(tmp_path, *constructed(8, 3, 15.0, 3.0, 0.1, 2))
+    with pytest.raises(Rejected, match="model binding"):
+        verify_files(certs["cubic"], other, "flint")
+
+
+def test_wrong_architecture_is_bad_input(tmp_path):
+    from generator.randmodel import random_model
+    path = write_model(tmp_path, *random_model("attn-only", d_vocab=6, d_model=8, n_heads=2, d_head=4, n_ctx=3))
+    with pytest.raises(BadInput, match="n_heads"):
+        make_certificate(load_model(path), "cubic")  # the generator refuses too (via the checker's tables)
+
+
+# ---------------------------------------------------------------------------------------------- shipped
+
+def shipped(name):
+    return CERTIFICATES / "accuracy" / name
+
+
+@pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json"])
+def test_shipped_certificates_verify_and_are_reproducible(name):
+    path = shipped(name)
+    ob, cert = verify_files(str(path), str(SHIPPED_MODEL), "flint")
+    assert cert["claim"]["correct_at_least"] >= 15_821_617      # the reference's cubic bound
+    regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["evidence"]["strategy"],
+                                      cert["generator"].get("true_count"))
+    assert certio.dumps(regenerated) == path.read_text()
