@@ -9,27 +9,21 @@ import sys
 from checker.errors import BadInput
 from checker.modelfile import Model, load_model
 
-_GROUPS = (
-    ("embed", ("embed.",)),
-    ("pos_embed", ("pos_embed.",)),
-    ("attn", (".attn.",)),
-    ("mlp", (".mlp.",)),
-    ("layernorm", (".ln1.", ".ln2.", "ln_final.")),
-    ("unembed", ("unembed.",)),
-)
+_GROUPS = ("embed", "pos_embed", "attn", "mlp", "layernorm", "unembed")
 
 
 def _group(name: str) -> str:
-    for group, marks in _GROUPS:
-        if any(m in name or name.startswith(m) for m in marks):
-            return group
-    return "other"
+    """Group of a tensor name: its top-level module, or within a block its sub-module."""
+    parts = name.split(".")
+    if parts[0] == "blocks":
+        return {"ln1": "layernorm", "ln2": "layernorm"}.get(parts[2], parts[2])
+    return "layernorm" if parts[0] == "ln_final" else parts[0]
 
 
 def describe(model: Model) -> dict:
     """Config, parameter counts (per tensor, per group, per layer, total) and SHA-256 of `model`."""
     per_tensor = {name: int(arr.size) for name, arr in sorted(model.tensors.items())}
-    groups = {g: 0 for g, _ in _GROUPS}
+    groups = dict.fromkeys(_GROUPS, 0)
     per_layer = [0] * model.config.n_layers
     for name, size in per_tensor.items():
         g = _group(name)
