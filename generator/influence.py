@@ -94,6 +94,8 @@ def estimates(model, n_max: int, power: int, embed_center, unembed_center) -> di
             out[q + "W_Q"] = np_opnorm([t[p + "attn.W_Q"][h]], power)
             out[q + "W_K"] = np_opnorm([t[p + "attn.W_K"][h]], power)
             out[q + "OV"] = np_opnorm([t[p + "attn.W_V"][h], t[p + "attn.W_O"][h]], power)
+            if not cfg.rotary:
+                out[q + "QK"] = np_opnorm([t[p + "attn.W_Q"][h], np.asarray(t[p + "attn.W_K"][h]).T], power)
         if not cfg.attn_only:
             out[f"L{layer}.mlp.W_in"] = np_opnorm([t[p + "mlp.W_in"]], power)
             out[f"L{layer}.mlp.W_out"] = np_opnorm([t[p + "mlp.W_out"]], power)
@@ -260,10 +262,9 @@ def adversarial_influence(model, n: int, trials: int = 64, greedy_rounds: int = 
         i = int(rng.integers(0, n - 1))
         cur = measure(base, i)
         for _ in range(greedy_rounds):
-            for pos in range(n):
-                if pos == i:
-                    continue
-                cands = rng.choice(V, size=min(V, 8), replace=False)
+            others = [pos for pos in range(n) if pos != i]
+            for pos in rng.choice(others, size=min(len(others), 8), replace=False):
+                cands = rng.choice(V, size=min(V, 6), replace=False)
                 for tok in cands:
                     trial = base.copy()
                     trial[pos] = tok
@@ -272,3 +273,35 @@ def adversarial_influence(model, n: int, trials: int = 64, greedy_rounds: int = 
                         base, cur = trial, val
         best_y, best_p = max(best_y, cur[0]), max(best_p, cur[1])
     return best_y, best_p
+
+
+def write_examples(out_dir: str, anchor_npz: str) -> list:
+    """(Re)write the shipped examples in certificates/influence/: the Max-of-4 anchor (causal, 1 layer),
+    the robust 2-layer causal toy model with its corollary, and a 2-layer bidirectional pre-LN toy model.
+    `python -c "from generator.influence import write_examples as w; w('certificates/influence',
+    'certificates/anchors/maxofk/maxof4_seed123.npz')"`."""
+    import os
+    from checker.modelfile import load_model
+    from .importers import import_npz
+    from .modelio import save_model
+    written = []
+
+    def model(name, tensors_cfg):
+        path = os.path.join(out_dir, name + ".safetensors")
+        save_model(path, *tensors_cfg)
+        os.chmod(path, 0o644)
+        return load_model(path)
+
+    def cert(name, kind, c):
+        path = os.path.join(out_dir, f"{name}.{kind}.json")
+        certio.write(path, c)
+        written.append(path)
+
+    m = model("maxof4_seed123", import_npz(anchor_npz, {"attention": "causal"}))
+    cert("maxof4_seed123", "influence", influence_certificate(m))
+    m = model("robust2", robust_toy_model(2, n_ctx=64, attention="causal"))
+    cert("robust2", "influence", influence_certificate(m))
+    cert("robust2", "corollary", corollary_certificate(m, [1, 2, 3, 4, 5, 6, 7, 0] * 8)[0])
+    m = model("toy2_bidir", toy_model(2, 6, 8, 2, 4, 16, 16, "bidirectional", scale=0.3, eps="1/10", seed=3))
+    cert("toy2_bidir", "influence", influence_certificate(m))
+    return written

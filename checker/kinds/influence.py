@@ -167,11 +167,19 @@ def attention_layer(B, ld, model, layer, U, lam, D, E, n_max, power, causal):
         bvo = ld.const(q + "b_VO", lambda: row_norm(B, t[p + "b_V"][h], t[p + "W_O"][h]))
         qb = ld.const(q + "query", lambda: sq * U + vec_norm(B, t[p + "b_Q"][h]))
         kb = ld.const(q + "key", lambda: sk * U + vec_norm(B, t[p + "b_K"][h]))
-        A = ld.const(q + "A", lambda: qb * kb / div)
+        qk, bq_bk, ka_, kk_ = qb * kb, None, sq * kb, qb * sk   # norm-product forms (any positions)
+        if not cfg.rotary:  # scores are bilinear in (u, u') through W_Q W_K^T: often much smaller
+            sqk = ld.const(q + "QK", lambda: opnorm(B, [t[p + "W_Q"][h], t[p + "W_K"][h].T], power))
+            alpha = ld.const(q + "W_K.b_Q", lambda: row_norm(B, t[p + "b_Q"][h], t[p + "W_K"][h].T))
+            beta = ld.const(q + "W_Q.b_K", lambda: row_norm(B, t[p + "b_K"][h], t[p + "W_Q"][h].T))
+            bq_bk = B.abs_upper(B.dot(W_vec(B, t[p + "b_Q"][h]), W_vec(B, t[p + "b_K"][h])))
+            qk = min(qk, sqk * U * U + (alpha + beta) * U + bq_bk)
+            ka_, kk_ = min(ka_, sqk * U + beta), min(kk_, sqk * U + alpha)
+        A = ld.const(q + "A", lambda: qk / div)
         kappa = ld.const(q + "kappa", lambda: B.upper(
             n_max / (1 + (n_max - 1) * B.exp(B.num(-2 * A)))))
-        ka = ld.const(q + "K_query", lambda: lam * sq * kb / div)
-        kk = ld.const(q + "K_key", lambda: lam * qb * sk / div)
+        ka = ld.const(q + "K_query", lambda: lam * ka_ / div)
+        kk = ld.const(q + "K_key", lambda: lam * kk_ / div)
         vo = sov * U                                   # values lie within vo of their centre b_V W_O
         out_norm += sov * U + bvo
         S = kappa * (D + E) if causal else kappa * D + E   # n * (attention-weighted input change)
@@ -182,6 +190,11 @@ def attention_layer(B, ld, model, layer, U, lam, D, E, n_max, power, causal):
     d_att = ld.const(f"L{layer}.attn.D", lambda: d_att)
     e_att = ld.const(f"L{layer}.attn.E", lambda: e_att)
     return out_norm, d_att, e_att
+
+
+def W_vec(B, v) -> list:
+    """A stored vector as a list of exact interval scalars."""
+    return B.array(v).rows()[0]
 
 
 def row_norm(B, v, M) -> Fraction:
@@ -218,7 +231,7 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
             "embed.pos_norm", lambda: max_row_dist(B, t["pos_embed.W_pos"][:n_max]))
         bound = ld.const("B0", lambda: tok + pos)
         D = ld.const("D0", lambda: 2 * w_e(1))
-        E = Fraction(0)
+        E, spread = Fraction(0), Fraction(0)   # spread: how far an unchanged position can move at all
     for layer in range(cfg.n_layers):
         with ob.step(f"block {layer}: B_{layer + 1}, A, K, D_{layer + 1}, E_{layer + 1}"):
             ln1 = f"blocks.{layer}.ln1" if cfg.has_ln else None
@@ -243,7 +256,10 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
                 D, E = min(d_mid + min(m_lip * d_mid, 2 * m_rad), 2 * nb), e_mid * (1 + m_lip)
             bound = ld.const(f"B{layer + 1}", lambda: nb)
             D = ld.const(f"D{layer + 1}", lambda d=D: d)
-            E = ld.const(f"E{layer + 1}", lambda e=E: min(e, 2 * bound * n_max))  # delta <= 2B <= 2B n_max r
+            # a position m != i has the same embedding in both inputs, and each sublayer output lies in a
+            # fixed ball (attention: radius d_att/2; MLP: m_rad), so delta_m <= spread <= spread n_max r(n)
+            spread = ld.const(f"spread{layer + 1}", lambda: spread + d_att + (0 if cfg.attn_only else 2 * m_rad))
+            E = ld.const(f"E{layer + 1}", lambda e=E: min(e, spread * n_max))
     with ob.step("unembedding: final LN, radius of W_U columns"):
         lam_f = Fraction(1)
         if cfg.final_ln:
