@@ -315,3 +315,26 @@ def test_cli_round_trip(tmp_path, capsys):
                        "--out", out2]) == 0
     assert check_main([out2, "--model", mpath, "--backend", "mpmath"]) == 0
     assert "survives ANY change of <= 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arch,overrides", [
+    ("neox1l", {}),                                                    # shared LN, parallel, rotary
+    ("preln", {"attention": "bidirectional", "attn_scale": "4", "bias_std": 0.3}),
+    ("attn-only", {"attention": "causal", "bias_std": 0.3}),
+])
+def test_randmodel_families(tmp_path, arch, overrides):
+    """The other engineers' random-model families (2 layers): verifies with both backends and the
+    adversarial search stays within the bound."""
+    from generator.randmodel import random_model
+    t, cfg = random_model(arch, d_vocab=6, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=6, n_layers=2,
+                          seed=5, **overrides)
+    mpath = str(tmp_path / "m.safetensors")
+    save_model(mpath, t, cfg)
+    model = load_model(mpath)
+    cert = influence_certificate(model)
+    cpath = write(tmp_path, cert, "c.json")
+    assert verify_files(cpath, mpath, "flint")[0].summary == verify_files(cpath, mpath, "mpmath")[0].summary
+    C = float(parse_number(cert["claim"]["C"], "C"))
+    for n in (2, 4, 6):
+        dy, _ = adversarial_influence(model, n, trials=4, greedy_rounds=1, seed=n)
+        assert dy <= C * float(rate(cert["claim"]["rate"], n, 2))

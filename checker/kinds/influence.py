@@ -140,14 +140,15 @@ def rate(name: str, n: int, n_layers: int) -> Fraction:
 
 # --- the constants, block by block --------------------------------------------------------------
 
-def layer_norm(B, ld, model, prefix, bound, eps, sqrt_d):
-    """(Lipschitz constant, output-norm bound) of LN `prefix` on inputs of norm <= bound (identity if None)."""
+def layer_norm(B, ld, model, prefix, name, bound, eps, sqrt_d):
+    """(Lipschitz constant, output-norm bound), constants `name`.lip/.out, of LN `prefix` on inputs of
+    norm <= bound (identity if prefix is None)."""
     if prefix is None:
         return Fraction(1), bound
     w, b = model.tensors[prefix + ".w"], model.tensors[prefix + ".b"]
     wmax = max_abs(B, w)
-    lip = ld.const(prefix + ".lip", lambda: B.upper(B.num(wmax) / B.sqrt(B.num(eps))))
-    out = ld.const(prefix + ".out", lambda: vec_norm(B, b) + wmax * min(sqrt_d, B.upper(
+    lip = ld.const(name + ".lip", lambda: B.upper(B.num(wmax) / B.sqrt(B.num(eps))))
+    out = ld.const(name + ".out", lambda: vec_norm(B, b) + wmax * min(sqrt_d, B.upper(
         B.num(bound) / B.sqrt(B.num(eps)))))
     return lip, out
 
@@ -236,21 +237,21 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
         with ob.step(f"block {layer}: B_{layer + 1}, A, K, D_{layer + 1}, E_{layer + 1}"):
             ln1 = f"blocks.{layer}.ln1" if cfg.has_ln else None
             ln2 = (ln1 if cfg.shared_ln else f"blocks.{layer}.ln2") if cfg.has_ln else None
-            lam1, U1 = layer_norm(B, ld, model, ln1, bound, cfg.eps, sqrt_d)
+            lam1, U1 = layer_norm(B, ld, model, ln1, f"L{layer}.ln1", bound, cfg.eps, sqrt_d)
             a_out, d_att, e_att = attention_layer(B, ld, model, layer, U1, lam1, D, E, n_max, power, causal)
             L = f"L{layer}."
             if cfg.attn_only:
                 nb = bound + a_out
                 D, E = min(D + d_att, 2 * nb), E + e_att
             elif cfg.parallel_attn_mlp:
-                lam2, U2 = (lam1, U1) if ln2 == ln1 else layer_norm(B, ld, model, ln2, bound, cfg.eps, sqrt_d)
+                lam2, U2 = (lam1, U1) if ln2 == ln1 else layer_norm(B, ld, model, ln2, f"L{layer}.ln2", bound, cfg.eps, sqrt_d)
                 m_out, m_rad, m_lip = mlp_layer(B, ld, model, layer, U2, lam2, power)
                 nb = bound + a_out + m_out
                 D, E = min(D + d_att + min(m_lip * D, 2 * m_rad), 2 * nb), E + e_att + m_lip * E
             else:
                 mid = ld.const(L + "B_mid", lambda: bound + a_out)
                 d_mid, e_mid = min(D + d_att, 2 * mid), E + e_att
-                lam2, U2 = layer_norm(B, ld, model, ln2, mid, cfg.eps, sqrt_d)
+                lam2, U2 = layer_norm(B, ld, model, ln2, f"L{layer}.ln2", mid, cfg.eps, sqrt_d)
                 m_out, m_rad, m_lip = mlp_layer(B, ld, model, layer, U2, lam2, power)
                 nb = mid + m_out
                 D, E = min(d_mid + min(m_lip * d_mid, 2 * m_rad), 2 * nb), e_mid * (1 + m_lip)
