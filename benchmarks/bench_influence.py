@@ -60,9 +60,9 @@ def tightness(tmp, trials):
         cpath = os.path.join(tmp, "c.json")
         certio.write(cpath, cert)
         verify_files(cpath, path, "flint")
-        C = parse_number(cert["claim"]["C"], "C")
+        C, C_abs = parse_number(cert["claim"]["C"], "C"), parse_number(cert["claim"]["C_abs"], "C_abs")
         for n in sorted({2, 4, 8, 16, 32} & set(range(2, cfg.n_ctx + 1)) | {cfg.n_ctx}):
-            bound = float(C * rate(cert["claim"]["rate"], n, cfg.n_layers))
+            bound = float(min(C * rate(cert["claim"]["rate"], n, cfg.n_layers), C_abs))
             found, _ = adversarial_influence(model, n, trials=trials, greedy_rounds=1, seed=n)
             rows.append((name, cfg.n_layers, cfg.attention, n, bound, found, bound / found if found else float("inf")))
             print(f"{name:14s} L={cfg.n_layers} {cfg.attention:13s} n={n:3d}  bound {bound:10.4g}  found {found:9.4g}"

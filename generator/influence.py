@@ -129,14 +129,15 @@ def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int 
     ec = centre(t["embed.W_E"])
     uc = centre(np.asarray(t["unembed.W_U"]).T)
     ld = FillLedger(estimates(model, n_max, power, ec, uc))
-    E_L, Cp, lam_f = kind.derive(model, make_backend(backend), ld, n_max, power,
-                                 [Fraction(float(x)) for x in ec], [Fraction(float(x)) for x in uc], Obligations())
-    claim = {"n_min": n_min, "n_max": n_max, "rate": default_rate(cfg), "C": certio.num(float(E_L)),
-             "C_prob": certio.num(float(round_up(Cp)))}
+    need = kind.derive(model, make_backend(backend), ld, n_max, power, [Fraction(float(x)) for x in ec],
+                       [Fraction(float(x)) for x in uc], Obligations())
+    claim = {"n_min": n_min, "n_max": n_max, "rate": default_rate(cfg)}
+    for key in ("C", "C_prob", "C_abs", "C_prob_abs"):   # C and C_abs are recorded constants already
+        claim[key] = certio.num(float(need[key] if key in ("C", "C_abs") else round_up(need[key])))
     evidence = {"power": power, "embed_center": [certio.num(float(x)) for x in ec],
                 "unembed_center": [certio.num(float(x)) for x in uc],
                 "constants": {k: certio.num(float(v)) for k, v in ld.claimed.items()}}  # doubles: exact hex
-    return claim, evidence, {"C": E_L, "lam_f": lam_f}
+    return claim, evidence, need
 
 
 def influence_certificate(model, n_min: int = 2, n_max: int | None = None, power: int = DEFAULT_POWER):
@@ -168,7 +169,7 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
         return None, dict(info, reason="near-tie")
     G = gap_lipschitz(model, p["predicted"])
     margin = Fraction(float.fromhex(pclaim["margin"]))
-    per_change = G * aux["lam_f"] * aux["C"] * kind.rate(claim["rate"], n, model.config.n_layers)
+    per_change = G * aux["lam_f"] * min(aux["C"] * kind.rate(claim["rate"], n, model.config.n_layers), aux["C_abs"])
     best = 0
     while best + 1 <= n - 1 and (best + 1) * per_change < margin:
         best += 1

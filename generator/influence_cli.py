@@ -33,14 +33,14 @@ def cmd_influence(args) -> int:
     certio.write(args.out, cert)
     claim = cert["claim"]
     summary = {"out": args.out, "rate": claim["rate"], "n_min": claim["n_min"], "n_max": claim["n_max"],
-               "C": float(certio_fraction(claim["C"])), "C_prob": float(certio_fraction(claim["C_prob"])),
+               **{k: float(certio_fraction(claim[k])) for k in ("C", "C_prob", "C_abs", "C_prob_abs")},
                "seconds": round(time.perf_counter() - start, 3), **info}
     if args.json:
         print(json.dumps(summary))
     else:
         r = "1/n" if claim["rate"] == "inverse" else f"H_n^{cfg.n_layers - 1}/n"
-        line = (f"influence: ||y - y'|| <= {summary['C']:.6g}*{r}, ||p - p'||_1 <= {summary['C_prob']:.6g}*{r} "
-                f"for n in [{claim['n_min']}, {claim['n_max']}]")
+        line = (f"influence: ||y - y'|| <= min({summary['C']:.6g}*{r}, {summary['C_abs']:.6g}), ||p - p'||_1 <= "
+                f"min({summary['C_prob']:.6g}*{r}, {summary['C_prob_abs']:.4g}) for n in [{claim['n_min']}, {claim['n_max']}]")
         if "R" in info:
             line += f"; corollary: token {info['predicted']} survives any {info['R']} non-final substitution(s)"
         print(f"{line}; wrote {args.out}")
@@ -84,8 +84,9 @@ def demo_section(model, out_dir: str, backend: str) -> bool:
     path = os.path.join(out_dir, "influence.json")
     certio.write(path, cert)
     c = cert["claim"]
-    print(f"  generator: ||y - y'|| <= {float(certio_fraction(c['C'])):.6g} r(n), ||p - p'||_1 <= "
-          f"{float(certio_fraction(c['C_prob'])):.6g} r(n), rate {c['rate']}, n in [{c['n_min']}, {c['n_max']}] -> {path}")
+    f = {k: float(certio_fraction(c[k])) for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
+    print(f"  generator: ||y - y'|| <= min({f['C']:.6g} r(n), {f['C_abs']:.6g}), ||p - p'||_1 <= "
+          f"min({f['C_prob']:.6g} r(n), {f['C_prob_abs']:.4g}), rate {c['rate']}, n in [{c['n_min']}, {c['n_max']}] -> {path}")
     ok = check_and_report(path, model.path, backend)
     # corollary on the demo model: an input whose answer sits at the last position is the best case
     tokens = list(range(cfg.n_ctx - 1)) + [cfg.d_vocab - 1]

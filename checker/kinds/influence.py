@@ -5,12 +5,14 @@ claim    {"n_min": int >= 2, "n_max": int <= n_ctx, "rate": "inverse" | "harmoni
          rate "inverse":  r(n) = 1/n            (bidirectional attention, or a 1-layer model)
          rate "harmonic": r(n) = H_n^(L-1) / n  (any mask; needed for causal models with L >= 2),
                           H_n = 1 + 1/2 + ... + 1/n
+         "C_abs", "C_prob_abs": exact numbers (n-independent caps)
          Statement: for every n in [n_min, n_max] and every two inputs of length n that differ at one
          position i < n-1 (0-based; never the last), the final residual at the last position moves by
-         ||y - y'||_2 <= C r(n) and the next-token distribution by ||p - p'||_1 <= C_prob r(n).
+         ||y - y'||_2 <= min(C r(n), C_abs) and the next-token distribution by
+         ||p - p'||_1 <= min(C_prob r(n), C_prob_abs).
          corollary {"prediction": prediction claim, "substitutions": R}: additionally, on that input
          x (length n in range) the greedy next token k is unchanged by ANY change of at most R of the
-         positions 0..n-2, because R * G * lip_final * C * r(n) < margin, G = max_j ||W_U[:,k]-W_U[:,j]||.
+         positions 0..n-2, because R G lip_final min(C r(n), C_abs) < margin, G = max_j ||W_U[:,k]-W_U[:,j]||.
 evidence {"power": p, "embed_center": [d numbers], "unembed_center": [d numbers],
           "constants": {name: exact number}}
          Every named constant is a claimed upper bound that the checker recomputes from the weights
@@ -216,7 +218,8 @@ def mlp_layer(B, ld, model, layer, U, lam, power):
 
 
 def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, ob):
-    """Recompute every constant in dependency order; return (C, C_prob, final LN Lipschitz)."""
+    """Recompute every constant in dependency order; return the smallest claimable C, C_prob, C_abs,
+    C_prob_abs and the final LN's Lipschitz constant lam_f."""
     cfg, t = model.config, model.tensors
     causal = cfg.attention == "causal"
     sqrt_d = up_sqrt(B, Fraction(cfg.d_model))
@@ -267,7 +270,9 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
             lam_f = ld.const("ln_final.lip", lambda: B.upper(B.num(max_abs(B, t["ln_final.w"])) /
                                                             B.sqrt(B.num(cfg.eps))))
         r_u = ld.const("unembed.radius", lambda: max_row_dist(B, np.asarray(t["unembed.W_U"]).T, unembed_center))
-    return E, min(r_u * lam_f * E, 2 * n_max), lam_f  # ||p - p'||_1 <= 2 <= 2 n_max r(n)
+    # ||p - p'||_1 <= 2 <= 2 n_max r(n); the n-independent caps: the last position moves by <= spread_L
+    return {"C": E, "C_prob": min(r_u * lam_f * E, 2 * n_max), "C_abs": spread,
+            "C_prob_abs": min(r_u * lam_f * spread, 2), "lam_f": lam_f}
 
 
 # --- parsing and the corollary -----------------------------------------------------------------
@@ -275,7 +280,7 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
 def parse(model, claim, evidence):
     """Validate claim and evidence shapes; return the parsed pieces."""
     cfg = model.config
-    fields(claim, "claim", {"n_min", "n_max", "rate", "C", "C_prob"}, {"corollary"})
+    fields(claim, "claim", {"n_min", "n_max", "rate", "C", "C_prob", "C_abs", "C_prob_abs"}, {"corollary"})
     fields(evidence, "evidence", {"power", "embed_center", "unembed_center", "constants"})
     n_min = parse_int(claim["n_min"], "claim.n_min", 2, cfg.n_ctx)
     n_max = parse_int(claim["n_max"], "claim.n_max", n_min, cfg.n_ctx)
@@ -284,7 +289,7 @@ def parse(model, claim, evidence):
     if claim["rate"] == "inverse" and cfg.attention == "causal" and cfg.n_layers > 1:
         raise BadInput("claim.rate: a causal model with >= 2 layers is certified at the harmonic rate "
                        "H_n^(L-1)/n, not 1/n (docs/influence.md)")
-    C, C_prob = parse_number(claim["C"], "claim.C"), parse_number(claim["C_prob"], "claim.C_prob")
+    bounds = {k: parse_number(claim[k], f"claim.{k}") for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
     power = parse_int(evidence["power"], "evidence.power", 0, MAX_POWER)
     centers = []
     for key in ("embed_center", "unembed_center"):
@@ -296,10 +301,10 @@ def parse(model, claim, evidence):
     if not isinstance(consts, dict) or len(consts) > 100_000:
         raise BadInput("evidence.constants: must be an object of named numbers")
     consts = {str(k): parse_number(v, f"evidence.constants.{k[:40]}") for k, v in consts.items()}
-    return n_min, n_max, claim["rate"], C, C_prob, power, centers, consts
+    return n_min, n_max, claim["rate"], bounds, power, centers, consts
 
 
-def check_corollary(model, B, ob, cor, n_min, n_max, rate_name, C, lam_f) -> str:
+def check_corollary(model, B, ob, cor, n_min, n_max, rate_name, bounds, lam_f) -> str:
     """The multi-layer overwhelm-type guarantee on one input; returns the summary sentence."""
     cfg, t = model.config, model.tensors
     fields(cor, "claim.corollary", {"prediction", "substitutions", "gap_lipschitz"})
@@ -314,9 +319,10 @@ def check_corollary(model, B, ob, cor, n_min, n_max, rate_name, C, lam_f) -> str
         W_U = np.asarray(t["unembed.W_U"])
         need = max_row_dist(B, W_U.T, [Fraction(float(x)) for x in W_U[:, k]])
         ob.require(G >= need, "corollary: gap_lipschitz", f"claimed {show(G)} is below {show(need)}")
-    move = R * G * lam_f * C * rate(rate_name, n, cfg.n_layers)
+    one = min(bounds["C"] * rate(rate_name, n, cfg.n_layers), bounds["C_abs"])
+    move = R * G * lam_f * one
     ob.require(move < margin, "corollary: R changes cannot close the gap",
-               f"R*G*lip*C*r(n) = {show(move)} is not < margin {show(margin)}")
+               f"R*G*lip*min(C r(n), C_abs) = {show(move)} is not < margin {show(margin)}")
     return (f"; on input of length {n} the next token {k} (margin {show(margin)}) survives ANY change of "
             f"<= {R} non-final tokens (total logit-gap movement <= {show(move)})")
 
@@ -324,18 +330,20 @@ def check_corollary(model, B, ob, cor, n_min, n_max, rate_name, C, lam_f) -> str
 def check(model, claim, evidence, B, ob):
     """Verify an influence certificate (and its corollary, when present)."""
     cfg = model.config
-    n_min, n_max, rate_name, C, C_prob, power, centers, consts = parse(model, claim, evidence)
+    n_min, n_max, rate_name, bounds, power, centers, consts = parse(model, claim, evidence)
     ld = Ledger(consts, ob)
-    E_L, Cp, lam_f = derive(model, B, ld, n_max, power, centers[0], centers[1], ob)
+    need = derive(model, B, ld, n_max, power, centers[0], centers[1], ob)
     unused = sorted(set(consts) - ld.used)
     if unused:
         raise BadInput(f"evidence.constants: unused name(s) {unused[:4]}")
-    ob.require(C >= E_L, "claim C", f"claimed C = {show(C)} is below E_L = {show(E_L)}")
-    ob.require(C_prob >= Cp, "claim C_prob",
-               f"claimed C_prob = {show(C_prob)} is below radius(W_U) * lip(ln_final) * C = {show(Cp)}")
+    for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
+        ob.require(bounds[key] >= need[key], f"claim {key}",
+                   f"claimed {key} = {show(bounds[key])} is below the recomputed {show(need[key])}")
     r = "1/n" if rate_name == "inverse" else f"H_n^{cfg.n_layers - 1}/n"
     ob.summary = (f"for n in [{n_min}, {n_max}] ({cfg.attention} attention, {cfg.n_layers} layer(s)), one changed "
-                  f"non-final token moves the last residual by <= {show(C)}*{r} and the output "
-                  f"distribution (L1) by <= {show(C_prob)}*{r}")
+                  f"non-final token moves the last residual by <= min({show(bounds['C'])}*{r}, "
+                  f"{show(bounds['C_abs'])}) and the output distribution (L1) by <= "
+                  f"min({show(bounds['C_prob'])}*{r}, {show(bounds['C_prob_abs'])})")
     if "corollary" in claim:
-        ob.summary += check_corollary(model, B, ob, claim["corollary"], n_min, n_max, rate_name, C, lam_f)
+        ob.summary += check_corollary(model, B, ob, claim["corollary"], n_min, n_max, rate_name, bounds,
+                                      need["lam_f"])
