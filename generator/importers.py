@@ -158,7 +158,9 @@ def _load_hf_safetensors(folder: str) -> dict:
         return load_file(single)
     if os.path.exists(index):
         with open(index, encoding="utf-8") as fh:
-            weight_map = json.load(fh)["weight_map"]
+            weight_map = json.load(fh).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: no weight_map object")
         tensors = {}
         for shard in sorted(set(weight_map.values())):
             if os.path.basename(shard) != shard:
@@ -198,6 +200,12 @@ def import_gpt_neox(folder: str):
         raise ValueError(f"model_type {hf.get('model_type')!r} is not gpt_neox")
     raw = _load_hf_safetensors(folder)
     raw = {k[len("gpt_neox."):] if k.startswith("gpt_neox.") else k: v for k, v in raw.items()}
+    missing = [k for k in ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+               if not isinstance(hf.get(k), int)]
+    if missing:
+        raise ValueError(f"config.json lacks integer field(s) {missing}")
+    if "embed_in.weight" not in raw:
+        raise ValueError("checkpoint lacks gpt_neox.embed_in.weight")
     d, h, n_layers = hf["hidden_size"], hf["num_attention_heads"], hf["num_hidden_layers"]
     if d % h:
         raise ValueError("hidden_size is not divisible by num_attention_heads")
