@@ -21,7 +21,7 @@ def parse_tokens(text: str) -> list:
         raise BadInput(f"--tokens: {text[:40]!r} is not a comma-separated list of integers") from None
 
 
-def cmd_import(args):
+def _import(args):
     from .importers import import_gpt_neox, import_npz, import_safetensors
     from .modelio import save_model
     src = args.src
@@ -41,6 +41,14 @@ def cmd_import(args):
         raise BadInput(f"don't know how to import {src!r} (want .npz, .safetensors + --config, or a GPT-NeoX folder)")
     sha = save_model(args.out, tensors, cfg)
     print(f"wrote {args.out} (sha256 {sha})")
+
+
+def cmd_import(args):
+    """`tcert model import`: importer errors are the user's input problems, so one line each."""
+    try:
+        _import(args)
+    except (ValueError, KeyError, OSError) as e:
+        raise BadInput(f"model import: {e}") from None
 
 
 def cmd_inspect(args):
