@@ -62,8 +62,9 @@ def bounds(B, mat, shift: int = SHIFT) -> tuple:
     return lo, hi
 
 
-def interval_tables(B, model) -> dict:
-    """Interval matrices EQKE (v x v), EQKP (v x n), EU (v x v), EV (v x v), PV (n x v)."""
+def interval_tables(B, model, eqke: bool = True) -> dict:
+    """Interval matrices EQKE (v x v; only when `eqke`), EQKP (v x n), EU (v x v), EV (v x v), PV (n x v),
+    and the factors Q (v x d_head), K = E W_K (v x d_head) and 1/s (s the attention scale)."""
     c = model.config
     W = Weights(B, model)
     p = "blocks.0.attn."
@@ -79,7 +80,8 @@ def interval_tables(B, model) -> dict:
     const = (W.mat(p + "b_V", 0) @ W.mat(p + "W_O", 0) + W.mat(p + "b_O")) @ W.mat("unembed.W_U") \
         + W.mat("unembed.b_U")
     return {
-        "EQKE": (Q @ K_E.T).scale(inv),
+        "Q": Q, "K": K_E, "inv_scale": inv,
+        "EQKE": (Q @ K_E.T).scale(inv) if eqke else None,
         "EQKP": (Q @ K_P.T).scale(inv),
         "EU": X @ W.mat("unembed.W_U") + B.matrix(const.rows() * v),
         "EV": E @ W.mat(p + "W_V", 0) @ OU,
@@ -106,7 +108,7 @@ def exp_bounds(B, mat, shifts) -> tuple:
     return np.maximum(lo, 0), hi, shift
 
 
-def value_tables(B, model) -> dict:
+def value_tables(B, model, eqke: bool = True) -> dict:
     """Integer bounds of EU, EV, PV and of the attention numerators, from one rigorous pass.
 
     e[q, t] = exp(EQKE[q, t] - sE[q]),  pw[q, i] = exp(EQKP[q, i] - sP[q]): numerators scaled per query
@@ -114,11 +116,12 @@ def value_tables(B, model) -> dict:
     use 2^SHIFT, e and pw their own 2^e_shift, 2^pw_shift: every comparison the strategies make is between
     sums of products with the same total scale, so only signs matter.
     """
-    I = interval_tables(B, model)
-    sE, sP = row_shifts(B, I["EQKE"]), row_shifts(B, I["EQKP"])
+    I = interval_tables(B, model, eqke)
     out = {"n": model.config.n_ctx, "v": model.config.d_vocab, "intervals": I}
-    out["e_lo"], out["e_hi"], out["e_shift"] = exp_bounds(B, I["EQKE"], sE)
-    out["pw_lo"], out["pw_hi"], out["pw_shift"] = exp_bounds(B, I["EQKP"], sP)
+    if eqke:
+        out["e_lo"], out["e_hi"], out["e_shift"] = exp_bounds(B, I["EQKE"], row_shifts(B, I["EQKE"]))
+        out["EQKE_lo"], out["EQKE_hi"] = bounds(B, I["EQKE"])
+    out["pw_lo"], out["pw_hi"], out["pw_shift"] = exp_bounds(B, I["EQKP"], row_shifts(B, I["EQKP"]))
     for name in ("EU", "EV", "PV"):
         out[name + "_lo"], out[name + "_hi"] = bounds(B, I[name])
     return out
@@ -145,3 +148,88 @@ def _obj(a):
 def centred_upper(lo, hi, m: int):
     """Upper bounds of T[r, x] - T[r, m] (each row centred at column m), as ints."""
     return hi - lo[:, [m]]
+
+
+def max_excl(M):
+    """X[r, m] = max_{x != m} M[r, x] for an object-int matrix (the top two of each row)."""
+    X = np.empty(M.shape, dtype=object)
+    for r, row in enumerate(M.tolist()):
+        best = max(range(len(row)), key=row.__getitem__)
+        second = max(row[:best] + row[best + 1:])
+        X[r, :] = [row[best]] * len(row)
+        X[r, best] = second
+    return X
+
+
+def prefix_max(M):
+    """P[r, j] = max_{k <= j} M[r, k] (object ints)."""
+    P = np.empty(M.shape, dtype=object)
+    for r, row in enumerate(M.tolist()):
+        best = row[0]
+        for j, x in enumerate(row):
+            best = max(best, x)
+            P[r, j] = best
+    return P
+
+
+def value_bounds(T) -> dict:
+    """Subcubic value tables (exact upper bounds at 2^SHIFT; x ranges over x != m):
+
+    Tm[q, m]  >= max_x EU[q,x]-EU[q,m] + EV[m,x]-EV[m,m] + Pn[m,x]  (mean+diff: EU = mu + d)
+    Tq[q, m]  >= max_x F[q,x] - F[q,m],  F = EU + EV + PV[n-1]
+    EUp[q, m] >= max_x EU[q,x] - EU[q,m]
+    Rpre[m, j] >= max_{k <= j} (max_x EV[k,x] - EV[k,m]) + max_x Pn[m,x]
+    with Pn[m, x] >= max_{i < n-1} PV[i,x] - PV[i,m]. O(n d_vocab^2) work.
+    """
+    n, v = T["n"], T["v"]
+    EU_lo, EU_hi, EV_lo, EV_hi = T["EU_lo"], T["EU_hi"], T["EV_lo"], T["EV_hi"]
+    PV_lo, PV_hi = T["PV_lo"], T["PV_hi"]
+    Pn = PV_hi[0][None, :] - PV_lo[0][:, None]
+    for i in range(1, n - 1):
+        Pn = np.maximum(Pn, PV_hi[i][None, :] - PV_lo[i][:, None])
+    G = EV_hi - np.diag(EV_lo)[:, None] + Pn
+    mu = np.array([sum(col) // v for col in EU_lo.T.tolist()], dtype=object)
+    Amax = np.diag(max_excl(mu[None, :] + G)) - mu
+    Tm = Amax[None, :] + (EU_hi - mu[None, :]).max(axis=1)[:, None] - (EU_lo - mu[None, :])
+    F_hi = EU_hi + EV_hi + PV_hi[n - 1][None, :]
+    F_lo = EU_lo + EV_lo + PV_lo[n - 1][None, :]
+    R = (max_excl(EV_hi) - EV_lo).T + np.diag(max_excl(Pn))[:, None]
+    return {"Tm": Tm, "Tq": max_excl(F_hi) - F_lo, "EUp": max_excl(EU_hi) - EU_lo, "Rpre": prefix_max(R)}
+
+
+def rank1_scores(B, T, x: list, y: list) -> dict:
+    """EQKE = a b^T + Rem with a = Q x / s, b = K y' (y' = y / (y.x)), Rem = A B'^T / s for
+    A = Q - (Q x) y'^T, B' = K - (K y') x^T (exact, as y'.x = 1). Returns integer bounds of a b^T at
+    2^(2 SHIFT) ("ab_lo", "ab_hi") and eps[q] >= max_{k,k'} Rem[q,k] - Rem[q,k'] (max row-diff trick:
+    sum_d |A[q,d]| (max_k B'[k,d] - min_k B'[k,d]) / s), at the same scale. O(d_vocab d_head) work.
+    """
+    I = T["intervals"]
+    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
+    xs, ys = B.matrix([[B.num(t)] for t in x]), B.matrix([[B.num(t)] for t in y])
+    yx = (ys.T @ xs).rows()[0][0]
+    if B.lower(yx) <= 0 <= B.upper(yx):
+        raise Rejected("rank-1 hint", "y . x may be 0: the hint vectors do not define a projection")
+    yp = ys.scale(1 / yx)
+    Qx, Ky = Q @ xs, K @ yp
+    A = Q - Qx @ yp.T
+    Bp = K - Ky @ xs.T
+    A_lo, A_hi = bounds(B, A)
+    B_lo, B_hi = bounds(B, Bp)
+    absA = np.maximum(-A_lo, A_hi)
+    spread = B_hi.max(axis=0) - B_lo.min(axis=0)
+    inv_hi = to_ints(B.upper(inv), True)
+    eps = [-((-sum(absA[q] * spread) * inv_hi) >> SHIFT) for q in range(Q.shape[0])]
+    a_lo, a_hi = bounds(B, Qx.scale(inv))
+    b_lo, b_hi = bounds(B, Ky)
+    a_lo, a_hi, b_lo, b_hi = a_lo[:, 0], a_hi[:, 0], b_lo[:, 0], b_hi[:, 0]
+    corners = [np.multiply.outer(a, b) for a in (a_lo, a_hi) for b in (b_lo, b_hi)]
+    lo, hi = corners[0], corners[0]
+    for c in corners[1:]:
+        lo, hi = np.minimum(lo, c), np.maximum(hi, c)
+    return {"ab_lo": lo, "ab_hi": hi, "eps": np.array(eps, dtype=object), "shift": 2 * SHIFT}
+
+
+def exact_scores(T) -> dict:
+    """The exact-EQKE variant in the same shape as `rank1_scores` (eps = 0, scale 2^SHIFT)."""
+    return {"ab_lo": T["EQKE_lo"], "ab_hi": T["EQKE_hi"], "eps": np.zeros(T["v"], dtype=object),
+            "shift": SHIFT}

@@ -214,7 +214,7 @@ def make_certificate(model, strategy: str, true_count: int | None = None):
     else:
         raise ValueError(f"unknown strategy {strategy!r}")
     report["generator_seconds"] = time.perf_counter() - start
-    info = dict(info, bound=count, inputs=v ** n)
+    info = dict(info, strategy=strategy, bound=count, inputs=v ** n)
     if true_count is not None:
         info["true_count"] = int(true_count)
         info["bound_over_true"] = f"{count / true_count:.7f}" if true_count else "n/a"

@@ -21,7 +21,7 @@ from generator.accuracy import make_certificate
 from generator.forward import logits
 from generator.modelio import save_model
 
-STRATEGIES = ("brute", "cubic")
+STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:exact-eqke")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -223,6 +223,47 @@ def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
     assert tried > 0
 
 
+def wrong_inputs(model, limit=3):
+    """Up to `limit` inputs the model clearly gets wrong, as (m, q, c, largest non-max non-query token)."""
+    c = model.config
+    toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
+    lg = logits(model, toks)
+    mx = toks.max(axis=1)
+    right = lg[np.arange(len(toks)), mx].copy()
+    lg[np.arange(len(toks)), mx] = -np.inf
+    out = []
+    for i in np.nonzero(right - lg.max(axis=1) < -1e-6)[0][::7]:
+        m, q, rest = int(mx[i]), int(toks[i, -1]), [int(t) for t in toks[i, :-1] if t != mx[i]]
+        out.append((m, q, len(rest), max(rest, default=0)))
+        if len(out) == limit:
+            break
+    return out
+
+
+def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
+    """Claim a (m, q, c, cutoff) case that covers an input the model gets wrong: must be rejected."""
+    tmp, path, certs = tiny
+    wrong = wrong_inputs(load_model(path))
+    assert wrong
+    for strategy in ("subcubic:svd", "subcubic:exact-eqke"):
+        for m, q, c, j in wrong:
+            def edit(cert):
+                cases = cert["evidence"]["cases"]
+                for case in cases:
+                    if case[:3] == [m, q, c]:
+                        case[3] = max(case[3], j)
+                        return
+                cases.append([m, q, c, j])
+            with pytest.raises(Rejected, match="subcubic case"):
+                verify_files(mutated(tmp, certs[strategy], edit), path, "flint")
+
+
+def test_subcubic_hint_of_wrong_length_is_bad_input(tiny):
+    tmp, path, certs = tiny
+    with pytest.raises(BadInput, match="d_head"):
+        verify_files(mutated(tmp, certs["subcubic:svd"], lambda c: c["evidence"]["x"].pop()), path, "flint")
+
+
 @pytest.mark.parametrize("edit, msg", [
     (lambda c: c["evidence"]["cases"].append(c["evidence"]["cases"][0]), "twice"),
     (lambda c: c["evidence"]["cases"][0].__setitem__(3, "XYZ"), "hex"),
@@ -256,11 +297,13 @@ def shipped(name):
     return CERTIFICATES / "accuracy" / name
 
 
-@pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json"])
+@pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json", "maxof4_seed123_subcubic_svd.json",
+                                  "maxof4_seed123_subcubic_exact-eqke.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
     ob, cert = verify_files(str(path), str(SHIPPED_MODEL), "flint")
-    assert cert["claim"]["correct_at_least"] >= 15_821_617      # the reference's cubic bound
-    regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["evidence"]["strategy"],
+    reference = 15_821_617 if name.endswith("cubic.json") and "subcubic" not in name else 11_287_877
+    assert cert["claim"]["correct_at_least"] >= reference     # the reference implementation's bound
+    regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["generator"]["strategy"],
                                       cert["generator"].get("true_count"))
     assert certio.dumps(regenerated) == path.read_text()

@@ -5,7 +5,8 @@ claim    {"task": "max-of-k", "d_vocab": v, "n_ctx": K, "inputs": v^K, "correct_
          larger than every other logit (exact real arithmetic on the stored weights; a tie is wrong).
 evidence {"strategy": "brute"}                                   every input is re-decided
          {"strategy": "cubic", "cases": [[m, q, c, hexmask], ...]}  pure-sequence cases claimed correct
-         {"strategy": "subcubic", ...}                          see checker.maxofk_subcubic
+         {"strategy": "subcubic", "variant": "svd" | "exact-eqke", "cases": [[m, q, c, cutoff], ...],
+          "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head space)}
 
 All strategies start from `maxofk_tables.value_tables` (interval matrix products, then exact integer
 bounds); the decisions are exact integer comparisons. docs/accuracy.md states each argument.
@@ -13,13 +14,15 @@ bounds); the decisions are exact integer comparisons. docs/accuracy.md states ea
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from ..envelope import fields
 from ..errors import BadInput
-from ..exact import parse_int
-from ..maxofk_tables import (centred_upper, interval_mul, mul_upper, require_maxofk, value_tables)
+from ..exact import parse_int, parse_number
+from ..maxofk_tables import (centred_upper, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
+                             require_maxofk, value_bounds, value_tables)
 from ..verify import show
 
 MAX_BRUTE_INPUTS = 1 << 26
@@ -210,6 +213,98 @@ def cubic_check(T, cases, ob) -> int:
     return count
 
 
+# --------------------------------------------------------------------------------------------- subcubic
+
+def parse_subcubic(evidence, cfg):
+    """Validate subcubic evidence; return (variant, x, y, {(m, q, c): j})."""
+    n, v = cfg.n_ctx, cfg.d_vocab
+    variant = evidence.get("variant")
+    if variant == "svd":
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        vecs = []
+        for key in ("x", "y"):
+            vec = evidence[key]
+            if not isinstance(vec, list) or len(vec) != cfg.d_head:
+                raise BadInput(f"evidence.{key}: must be a list of d_head = {cfg.d_head} numbers")
+            vecs.append([parse_number(t, f"evidence.{key}[{i}]") for i, t in enumerate(vec)])
+        x, y = vecs
+    elif variant == "exact-eqke":
+        fields(evidence, "evidence", {"strategy", "variant", "cases"})
+        x = y = None
+    else:
+        raise BadInput("evidence.variant: must be \"svd\" or \"exact-eqke\"")
+    cases = evidence["cases"]
+    if not isinstance(cases, list) or len(cases) > v * v * n:
+        raise BadInput(f"evidence.cases: must be a list of at most {v * v * n} cases")
+    out = {}
+    for i, case in enumerate(cases):
+        where = f"evidence.cases[{i}]"
+        if not isinstance(case, list) or len(case) != 4:
+            raise BadInput(f"{where}: must be [m, q, c, cutoff]")
+        m = parse_int(case[0], where + ".m", 0, v - 1)
+        q = parse_int(case[1], where + ".q", 0, m)
+        c = parse_int(case[2], where + ".c", 0, n - 1 if q == m else n - 2)
+        j = parse_int(case[3], where + ".cutoff", 0, 0 if c == 0 else m - 1)
+        if (m, q, c) in out:
+            raise BadInput(f"{where}: case (m={m}, q={q}, c={c}) is listed twice")
+        out[(m, q, c)] = j
+    return variant, x, y, out
+
+
+def exp_bound(B, x: Fraction, up: bool) -> Fraction:
+    """An exact rational >= exp(x) (up) or <= exp(x)."""
+    e = B.exp(B.num(x))
+    return B.upper(e) if up else B.lower(e)
+
+
+def subcubic_check(B, model, T, evidence, ob):
+    """Confirm every claimed (m, q, c, cutoff) case of a subcubic certificate; return (count, how).
+
+    Per case, all inputs with max m, query q, c non-query non-max tokens all <= cutoff j are correct when
+    u Tm + rho (P - u) max(Smax, 0) + r Tq < 0 at both ends u of the max positions' weight range, where
+    rho >= exp(-(EQKE[q,m] - max_{k<=j} EQKE[q,k])), Smax = EUp[q,m] + Rpre[m,j], r = e_q / alpha.
+    """
+    cfg = model.config
+    n = cfg.n_ctx
+    variant, x, y, cases = parse_subcubic(evidence, cfg)
+    with ob.step("subcubic value tables (mean+diff, top-2 per row)"):
+        V = value_bounds(T)
+    with ob.step(f"attention scores ({variant})"):
+        S = rank1_scores(B, T, x, y) if variant == "svd" else exact_scores(T)
+    one, scale = Fraction(1, 1 << S["shift"]), S["shift"]
+    pre_hi = prefix_max(S["ab_hi"])
+    count = 0
+    with ob.step(f"subcubic: {len(cases)} cases"):
+        ratios, sums = {}, {}
+        for (m, q, c), j in sorted(cases.items()):
+            if q not in sums:
+                sums[q] = position_sums(T, q)
+            lo, hi, P_lo, P_hi = sums[q]
+            Tm, Tq = V["Tm"][q, m], V["Tq"][q, m]
+            if (q, m) not in ratios:        # r = exp(EQKE[q,q] - EQKE[q,m]) pw[q, n-1], bounded on Tq's side
+                if q == m:
+                    ratios[q, m] = Fraction(T["pw_hi"][q][n - 1] if Tq >= 0 else T["pw_lo"][q][n - 1])
+                else:
+                    eps = S["eps"][q]
+                    d = (S["ab_hi"][q, q] - S["ab_lo"][q, m] + eps) if Tq >= 0 else \
+                        (S["ab_lo"][q, q] - S["ab_hi"][q, m] - eps)
+                    pw = T["pw_hi"][q][n - 1] if Tq >= 0 else T["pw_lo"][q][n - 1]
+                    ratios[q, m] = exp_bound(B, d * one, Tq >= 0) * pw
+            D = ratios[q, m] * Tq
+            if c == 0:
+                ok = (P_hi if Tm >= 0 else P_lo) * Tm + D < 0
+            else:
+                gap = (S["ab_lo"][q, m] - pre_hi[q, j] - S["eps"][q]) * one
+                rho = exp_bound(B, -gap, True)
+                Smax = max(V["EUp"][q, m] + V["Rpre"][m, j], 0)
+                u_ends = (lo[n - 1 - c], hi[n - 1 - c])
+                ok = all(u * Tm + rho * max(P_hi - u, 0) * Smax + D < 0 for u in u_ends)
+            ob.require(ok, "subcubic case", f"max {m}, query {q}, {c} non-max copies <= {j}: not certainly "
+                                            f"correct ({variant}, scores at 2^-{scale})")
+            count += math.comb(n - 1, c) * (j + 1) ** c if c else 1
+    return count, f"subcubic proof ({variant})"
+
+
 # ------------------------------------------------------------------------------------------------ entry
 
 def check(model, claim, evidence, B, ob):
@@ -239,9 +334,9 @@ def check(model, claim, evidence, B, ob):
             count = cubic_check(T, cases, ob)
         how = "cubic proof"
     elif strategy == "subcubic":
-        from ..maxofk_subcubic import subcubic_check
-        with ob.step("rigorous tables (EQKE, EQKP, EU, EV, PV)"):
-            T = value_tables(B, model)
+        eqke = evidence.get("variant") == "exact-eqke"
+        with ob.step("rigorous tables (EQKP, EU, EV, PV" + (", EQKE)" if eqke else ", Q, K)")):
+            T = value_tables(B, model, eqke)
         count, how = subcubic_check(B, model, T, evidence, ob)
     else:
         raise BadInput(f"evidence.strategy: unknown strategy {str(strategy)[:30]!r}")
