@@ -307,3 +307,14 @@ def test_shipped_certificates_verify_and_are_reproducible(name):
     regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["generator"]["strategy"],
                                       cert["generator"].get("true_count"))
     assert certio.dumps(regenerated) == path.read_text()
+
+
+def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
+    from generator.cli import main
+    path = write_model(tmp_path, *constructed(6, 3, 15.0, 3.0, 0.05, 3))
+    out = str(tmp_path / "c.json")
+    assert main(["accuracy", "--model", path, "--strategy", "cubic", "--out", out, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    ob, cert = verify_files(out, path, "flint")
+    assert cert["claim"]["correct_at_least"] == report["bound"] > 0
+    assert main(["accuracy", "--model", path, "--strategy", "quantum", "--out", out]) == 2

@@ -87,6 +87,8 @@ def brute_count(T) -> int:
     input keeps ~58 bits relative to its own dominant term. Positions other than the last two (or one)
     non-query positions are enumerated; those are broadcast.
     """
+    if int(np.right_shift(np.array([-5], dtype=np.int64), 1)[0]) != -3:   # floor semantics is relied on
+        raise RuntimeError("int64 >> is not an arithmetic (floor) shift on this platform")
     n, v = T["n"], T["v"]
     inner = list(range(max(0, n - 3), n - 1))
     outer = inner[0]
