@@ -12,6 +12,7 @@ fail closed.
 """
 
 from fractions import Fraction
+from operator import mul
 
 import mpmath
 import numpy as np
@@ -57,9 +58,16 @@ class IMat:
         """Apply a scalar interval function to every entry."""
         return self.backend.matrix([[fn(x) for x in row] for row in self.rows()])
 
-    def col_bounds(self):
-        """(lo, hi): per column, an exact Fraction <= every entry and one >= every entry."""
-        return self.backend._col_bounds(self)
+    def col_bounds(self, groups: int = 1):
+        """(lo, hi): per column, an exact Fraction <= every entry and one >= every entry.
+
+        With groups = g > 1 the rows are cut into g equal consecutive blocks and a list of g such
+        (lo, hi) pairs is returned, one per block."""
+        if groups == 1:
+            return self.backend._col_bounds(self, 1)[0]
+        if self.shape[0] % groups:
+            raise ValueError(f"{self.shape[0]} rows do not split into {groups} groups")
+        return self.backend._col_bounds(self, groups)
 
 
 class Backend:
@@ -136,9 +144,10 @@ class Backend:
         """Interval inner product of two equal-length lists of interval scalars."""
         return (self.matrix([list(xs)]) @ self.matrix([[y] for y in ys])).rows()[0][0]
 
-    def _col_bounds(self, m):
-        cols = m.T.rows()
-        return ([min(self.lower(x) for x in c) for c in cols], [max(self.upper(x) for x in c) for c in cols])
+    def _col_bounds(self, m, groups):
+        cols, size = m.T.rows(), m.shape[0] // groups
+        return [([min(self.lower(x) for x in c[g * size:(g + 1) * size]) for c in cols],
+                 [max(self.upper(x) for x in c[g * size:(g + 1) * size]) for c in cols]) for g in range(groups)]
 
 
 class MpmathBackend(Backend):
@@ -216,7 +225,60 @@ class MpmathBackend(Backend):
         return IMat(self, m, shape)
 
     def _matmul(self, a, b):
-        return IMat(self, a.data * b.data, (a.shape[0], b.shape[1]))
+        """Product of interval matrices; when one factor is a point matrix (stored weights), by exact
+        integer dot products rounded outward once (much faster than mpmath's per-entry intervals)."""
+        shape = (a.shape[0], b.shape[1])
+        a_rows, b_rows = a.data.tolist(), b.data.tolist()
+        if all(x._mpi_[0] == x._mpi_[1] for row in b_rows for x in row):
+            rows = self._point_product(a_rows, b_rows)
+        elif all(x._mpi_[0] == x._mpi_[1] for row in a_rows for x in row):
+            # (A B)^T = B^T A^T with the point factor on the right.
+            t = self._point_product([list(c) for c in zip(*b_rows)], [list(c) for c in zip(*a_rows)])
+            rows = None if t is None else [list(c) for c in zip(*t)]
+        else:
+            rows = None
+        if rows is None:  # interval x interval, or a non-finite entry: mpmath's own product
+            return IMat(self, a.data * b.data, shape)
+        return self._from_rows(rows, shape)
+
+    def _point_product(self, a_rows, w_rows):
+        """Rows of A @ W for an interval matrix A and a point matrix W, or None on non-finite entries.
+
+        Every endpoint is an exact integer times a common power of two; with W = W+ + W- split by
+        sign, lower = A_lo W+ + A_hi W- and upper = A_hi W+ + A_lo W- hold exactly in integers, and
+        each is rounded outward to `prec` bits once.
+        """
+        lo_hi = [[x._mpi_ for x in row] for row in a_rows]
+        a_ends = [e for row in lo_hi for pair in row for e in pair]
+        w_pts = [x._mpi_[0] for row in w_rows for x in row]
+        special = (libmp.fnan, libmp.finf, libmp.fninf)
+        if any(e in special for e in a_ends) or any(e in special for e in w_pts):
+            return None
+        a_exp = min((e[2] for e in a_ends if e[1]), default=0)
+        w_exp = min((e[2] for e in w_pts if e[1]), default=0)
+
+        def to_int(e, base):
+            sign, man, exp, _ = e
+            value = man << (exp - base) if man else 0
+            return -value if sign else value
+
+        a_lo = [[to_int(p[0], a_exp) for p in row] for row in lo_hi]
+        a_hi = [[to_int(p[1], a_exp) for p in row] for row in lo_hi]
+        w_cols = list(zip(*[[to_int(x._mpi_[0], w_exp) for x in row] for row in w_rows]))
+        pos = [[max(v, 0) for v in col] for col in w_cols]
+        neg = [[min(v, 0) for v in col] for col in w_cols]
+        exp, prec = a_exp + w_exp, self.prec
+        down, up, make = libmp.round_floor, libmp.round_ceiling, self.iv.make_mpf
+        out = []
+        for lo_row, hi_row in zip(a_lo, a_hi):
+            row = []
+            for p, n in zip(pos, neg):
+                low = sum(map(mul, lo_row, p)) + sum(map(mul, hi_row, n))
+                high = sum(map(mul, hi_row, p)) + sum(map(mul, lo_row, n))
+                row.append(make((libmp.from_man_exp(low, exp, prec, down),
+                                 libmp.from_man_exp(high, exp, prec, up))))
+            out.append(row)
+        return out
 
     def _add(self, a, b):
         return IMat(self, a.data + b.data, a.shape)
@@ -308,15 +370,18 @@ class FlintBackend(Backend):
     def _rows(self, a):
         return a.data.tolist()
 
-    def _col_bounds(self, m):
-        """Per column min of lower / max of upper endpoints, compared as exact Arb points."""
-        lo, hi = [], []
+    def _col_bounds(self, m, groups):
+        """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points."""
+        size = m.shape[0] // groups
+        out = [([], []) for _ in range(groups)]
         for col in m.data.transpose().tolist():
             if not all(x.is_finite() for x in col):
                 raise Rejected("finite enclosure", "a matrix entry is not finite")
-            lo.append(self._endpoint(min(x.lower() for x in col), 0))
-            hi.append(self._endpoint(max(x.upper() for x in col), 1))
-        return lo, hi
+            for g, (lo, hi) in enumerate(out):
+                block = col[g * size:(g + 1) * size]
+                lo.append(self._endpoint(min(x.lower() for x in block), 0))
+                hi.append(self._endpoint(max(x.upper() for x in block), 1))
+        return out
 
 
 BACKENDS = {"mpmath": MpmathBackend, "flint": FlintBackend}

@@ -110,17 +110,20 @@ def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode
         X = ln_rows(B, model, W, chunk)
         S = (X @ stacked).rows()
         V = (X @ W.heads_concat(pre + "W_V")).rows()
+        projected = []
         for h, hd in enumerate(heads):
             scores = B.matrix([[row[h * n_free + c] + hd.bias[c] for c in range(n_free)] for row in S])
             hd.lp_rows.update((t, r) for t, r in zip(chunk, scores.rows()) if t in lp_tokens)
+            hd.score_lo, hd.score_hi = merge(hd.score_lo, hd.score_hi, *scores.col_bounds())
             values = B.matrix([[x - c for x, c in zip(row[h * dh:(h + 1) * dh], hd.u)] for row in V])
             if mode == "table":
-                lo, hi = ((values @ W.mat(pre + "W_O", h)) @ WU).col_bounds()
+                projected += (values @ W.mat(pre + "W_O", h)).rows()
             else:
                 r = max(norm_upper(B, row) for row in values.rows())
-                lo, hi = [-r], [r]
-            hd.score_lo, hd.score_hi = merge(hd.score_lo, hd.score_hi, *scores.col_bounds())
-            hd.value_lo, hd.value_hi = merge(hd.value_lo, hd.value_hi, lo, hi)
+                hd.value_lo, hd.value_hi = merge(hd.value_lo, hd.value_hi, [-r], [r])
+        if mode == "table":   # one product for all heads: rows are (head, token) pairs
+            for hd, (lo, hi) in zip(heads, (B.matrix(projected) @ WU).col_bounds(cfg.n_heads)):
+                hd.value_lo, hd.value_hi = merge(hd.value_lo, hd.value_hi, lo, hi)
     if mode == "norm":   # |D_tj| <= max_t ||x_t - u||_2 * ||(W_O^h W_U)[:, j]||_2  (Cauchy-Schwarz)
         for h, hd in enumerate(heads):
             norms = [norm_upper(B, col) for col in (W.mat(pre + "W_O", h) @ WU).T.rows()]

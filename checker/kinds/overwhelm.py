@@ -55,7 +55,7 @@ def parse_claim(claim: dict, cfg):
     return prefix, query, k, free["kind"], n_free, multiset
 
 
-def check_sample(B, model, sample, prefix, query, k, n_free, multiset, ob) -> Fraction:
+def check_sample(B, model, W, sample, prefix, query, k, n_free, multiset, ob) -> Fraction:
     """The PTP obligation: the sample lies in the designed set and predicts k with the claimed margin."""
     tokens, predicted, margin = parse_prediction(sample, model.config, "evidence.sample")
     n_fix = len(prefix)
@@ -66,7 +66,7 @@ def check_sample(B, model, sample, prefix, query, k, n_free, multiset, ob) -> Fr
         ob.require(sorted(t) == sorted(multiset), "sample in designed set",
                    "the sample's free tokens are not a permutation of claim.free.tokens")
     ob.require(predicted == k, "sample prediction", f"the sample predicts {predicted}, the claim says {k}")
-    check_claim(B, model, sample, ob, "evidence.sample")
+    check_claim(B, model, sample, ob, "evidence.sample", W)
     return margin
 
 
@@ -125,7 +125,7 @@ def check(model, claim, evidence, B, ob):
     allowed = list(range(cfg.d_vocab)) if multiset is None else sorted(set(multiset))
     W = Weights(B, model)
 
-    margin = check_sample(B, model, evidence["sample"], prefix, query, k, n_free, multiset, ob)
+    margin = check_sample(B, model, W, evidence["sample"], prefix, query, k, n_free, multiset, ob)
     with ob.step(f"scores, fixed masses, value extremes ({mode})"):
         heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()), W)
     with ob.step(f"free attention mass ({method})"):

@@ -1,0 +1,161 @@
+"""Benchmark: overwhelm certificates on a random paper-scale neox1l model.
+
+    python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness]
+
+Model: generator.randmodel.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
+d_mlp 2048, n_ctx 2048, seed 0). Cases (issue 3):
+  perm: 35-token free multiset, n_fix 1500, --method lp   (targets: generator <= 10 s, checker <= 120 s,
+        peak memory <= 6 GB)
+  any:  any:16, n_fix 1000                                 (targets: generator <= 60 s, checker <= 10 min)
+The prefix is one token repeated (the paper's "repeated string" setting), the token whose key the query
+attends to most, which makes a dominant prefix. If the float verdict is still Inconclusive, the
+certificate is written anyway (generate(force=True)) and the checker runs every obligation, rejecting
+only at the last one (W < PTP/2); the timings are then still those of the full recomputation.
+The checker runs in a fresh subprocess (Arb backend) so that its peak RSS is its own.
+With looseness on, the float value of the exact d_vocab x d_vocab OV-table bound is computed (chunked
+float64) and compared with the certified Cauchy-Schwarz ("norm") bound the any-case certificate uses.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SHAPE = dict(d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=2048)
+
+
+def check_only(cert_path, model_path):
+    """Subprocess mode: run the kind's check with Arb, print verdict, per-obligation times, peak RSS."""
+    from checker.envelope import load_certificate
+    from checker.errors import Rejected
+    from checker.interval import make_backend
+    from checker.kinds.overwhelm import check
+    from checker.modelfile import load_model
+    from checker.verify import Obligations
+    start = time.perf_counter()
+    cert = load_certificate(cert_path)
+    model = load_model(model_path)
+    assert model.sha256 == cert["model_sha256"]
+    load = time.perf_counter() - start
+    ob = Obligations()
+    try:
+        check(model, cert["claim"], cert["evidence"], make_backend("flint"), ob)
+        verdict = "VERIFIED"
+    except Rejected as e:
+        verdict = f"REJECTED: {e}"
+    total = time.perf_counter() - start
+    print(json.dumps({"verdict": verdict, "seconds": total, "load_seconds": load, "obligations": ob.done,
+                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}))
+
+
+def build_model(path):
+    from generator.modelio import save_model
+    from generator.randmodel import random_model
+    if not os.path.exists(path):
+        t, c = random_model("neox1l", seed=0, **SHAPE)
+        save_model(path, t, c)
+    from checker.modelfile import load_model
+    return load_model(path)
+
+
+def dominant_prefix_token(model, query, n_fix, n_free):
+    """The token with the largest mean attention score from the query (over heads, offsets 1..64)."""
+    from generator.overwhelm import FloatModel, float_tables
+    fm = FloatModel(model)
+    T = float_tables(fm, [], query, list(range(model.config.d_vocab)), 64)
+    return int(np.argmax(T["S"].mean(axis=(0, 2))))
+
+
+def float_table_looseness(model, report, T):
+    """(W with the exact float OV table over all tokens, W with the norm bound) at the same betas."""
+    from generator.overwhelm import FloatModel
+    fm = FloatModel(model)
+    c = model.config
+    total = np.zeros(c.d_vocab)
+    for h, hd in enumerate(report["heads"]):
+        bmin, bmax = hd["beta_min"], hd["beta_max"]
+        M = (fm.WO[h] @ fm.WU).astype(np.float32)
+        lo, hi = np.full(c.d_vocab, np.inf), np.full(c.d_vocab, -np.inf)
+        vals = T["values"][h].astype(np.float32)
+        for s in range(0, vals.shape[0], 2048):
+            D = vals[s:s + 2048] @ M
+            lo, hi = np.minimum(lo, D.min(axis=0)), np.maximum(hi, D.max(axis=0))
+        total += np.where(hi >= 0, bmax * hi, bmin * hi) - np.where(lo <= 0, bmax * lo, bmin * lo)
+    return float(total.max())
+
+
+def run_case(name, model, model_path, workdir, looseness):
+    from generator import certio
+    from generator.overwhelm import FloatModel, float_tables, format_report, generate
+    rng = np.random.default_rng(1)
+    c = model.config
+    query = int(rng.integers(0, c.d_vocab))
+    if name == "perm":
+        n_fix, spec, method = 1500, ("perm", 35, [int(x) for x in rng.integers(0, c.d_vocab, 35)]), "lp"
+    else:
+        n_fix, spec, method = 1000, ("any", 16, None), "naive"
+    t0 = time.perf_counter()
+    dom = dominant_prefix_token(model, query, n_fix, spec[1])
+    t_pick = time.perf_counter() - t0
+    prefix = [dom] * n_fix
+    t0 = time.perf_counter()
+    cert, report = generate(model, prefix, query, spec, method, "auto", "float", force=True)
+    t_gen = time.perf_counter() - t0
+    path = os.path.join(workdir, f"overwhelm_{name}.json")
+    certio.write(path, cert)
+    print(f"\n== {name}: n_fix {n_fix}, free {spec[0]}:{spec[1]}, method {method}, prefix token {dom} x {n_fix}, "
+          f"query {query}")
+    print(format_report(report))
+    print(f"generator: {t_gen:.2f} s (float verdict {report['verdict']}; choosing the prefix token took "
+          f"{t_pick:.2f} s, not counted)")
+    out = subprocess.run([sys.executable, __file__, "--check-only", path, model_path],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"checker (Arb, fresh process): {res['seconds']:.2f} s incl. {res['load_seconds']:.2f} s loading; "
+          f"peak RSS {res['peak_rss_gb']:.2f} GB; verdict {res['verdict'][:160]}")
+    work = sum(s for _, s in res["obligations"])
+    for n, s in res["obligations"]:
+        print(f"   {100 * s / res['seconds']:5.1f}%  {s:8.2f} s  {n}")
+    print(f"   {100 * (res['seconds'] - work) / res['seconds']:5.1f}%  {res['seconds'] - work:8.2f} s  "
+          f"loading, parsing, Weights conversion outside obligations")
+    print(f"generator/checker time ratio: {t_gen / res['seconds']:.3f}")
+    if looseness and report["value_bound"] == "norm":
+        T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
+        t0 = time.perf_counter()
+        w_table = float_table_looseness(model, report, T)
+        print(f"looseness: certified norm bound W = {report['deviation_float']:.6g}; float exact OV-table W = "
+              f"{w_table:.6g} (ratio {report['deviation_float'] / w_table:.2f}x; table took "
+              f"{time.perf_counter() - t0:.1f} s in float32)")
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", choices=["perm", "any", "both"], default="both")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--no-looseness", action="store_true")
+    ap.add_argument("--check-only", nargs=2, metavar=("CERT", "MODEL"))
+    args = ap.parse_args()
+    if args.check_only:
+        return check_only(*args.check_only)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-")
+    os.makedirs(workdir, exist_ok=True)
+    model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
+    t0 = time.perf_counter()
+    model = build_model(model_path)
+    print(f"model {model_path}: {SHAPE} (build/load {time.perf_counter() - t0:.1f} s)")
+    for case in (["perm", "any"] if args.case == "both" else [args.case]):
+        run_case(case, model, model_path, workdir, not args.no_looseness)
+
+
+if __name__ == "__main__":
+    main()
