@@ -57,6 +57,29 @@ def add_commands(sub):
                    help="exact number of correct inputs, if known (reported as bound / true accuracy)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_accuracy)
+    e = sub.add_parser("accuracy-estimate", help="importance-sampled accuracy ESTIMATE (no certificate; large K)")
+    e.add_argument("--model", required=True)
+    e.add_argument("--samples", type=int, default=100_000)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_estimate)
+
+
+def cmd_estimate(args) -> int:
+    """Print an importance-sampled accuracy estimate (clearly labelled; never a certificate)."""
+    from .accuracy import estimate_accuracy
+    model = load_model(args.model)
+    if not is_maxofk(model):
+        raise BadInput("accuracy-estimate: needs a 1-layer, 1-head, attention-only model with learned positions")
+    start = time.perf_counter()
+    r = estimate_accuracy(model, args.samples, args.seed)
+    r["seconds"] = round(time.perf_counter() - start, 3)
+    if args.json:
+        print(json.dumps(r, sort_keys=True))
+    else:
+        print(f"ESTIMATE (not a certificate): accuracy ~ {r['estimate']:.6f} +- {r['stderr']:.6f} (1 s.e.; "
+              f"{r['samples']} stratified samples, seed {r['seed']}, {r['seconds']:.2f} s)")
+    return 0
 
 
 def demo_section(model, out_dir: str, backend: str) -> bool:

@@ -141,7 +141,8 @@ def subcubic_evidence(model, T, name=None):
     d, dh = model.config.d_model, model.config.d_head
     eqke = "d_vocab * d_model * d_head" if variant == "svd" else "d_vocab^2 * d_head"
     info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke})", "variant": variant,
-            "flops": subcubic_flops(v, n, d, dh, variant)}
+            "flops": subcubic_flops(v, n, d, dh, variant),
+            "checker_flops": subcubic_flops(v, n, d, dh, variant) - (1600 * v * dh if variant == "svd" else 0)}
     return evidence, count, info
 
 

@@ -318,3 +318,13 @@ def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
     ob, cert = verify_files(out, path, "flint")
     assert cert["claim"]["correct_at_least"] == report["bound"] > 0
     assert main(["accuracy", "--model", path, "--strategy", "quantum", "--out", out]) == 2
+
+
+def test_importance_sampled_estimate_is_close_to_exact(tmp_path):
+    from generator.accuracy import estimate_accuracy
+    path = write_model(tmp_path, *constructed(7, 3, 15.0, 3.0, 0.2, 5))
+    model = load_model(path)
+    exact = oracle_upper(model) / 7 ** 3
+    r = estimate_accuracy(model, samples=5000, seed=1)
+    assert abs(r["estimate"] - exact) <= 5 * r["stderr"] + 1e-3
+    assert "not a certificate" in r["note"]
