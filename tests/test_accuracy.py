@@ -64,9 +64,10 @@ def trained(v: int, k: int, seed: int):
 
 
 def constructed(v: int, k: int, sharp: float, gain: float, noise: float, seed: int):
-    """A hand-built Max-of-k model plus Gaussian noise: attention score sharp * t / (v - 1) on key
-    token t (a size direction read by a constant query direction), values copied to a separate
-    logit subspace with `gain`; the direct path reads nothing. noise = 0 is a near-perfect model."""
+    """A hand-built Max-of-k model plus Gaussian noise (on every weight and bias): attention score
+    sharp * t / (v - 1) on key token t (a size direction read by a constant query direction), values
+    copied to a separate logit subspace with `gain`; the direct path reads nothing. noise = 0 is a
+    near-perfect model."""
     d = 2 * v + 2
     E = np.zeros((v, d))
     E[np.arange(v), np.arange(v)] = 1
@@ -82,9 +83,9 @@ def constructed(v: int, k: int, sharp: float, gain: float, noise: float, seed: i
     t = {"embed.W_E": E, "pos_embed.W_pos": P, "blocks.0.attn.W_Q": WQ[None], "blocks.0.attn.W_K": WK[None],
          "blocks.0.attn.W_V": np.eye(d)[None], "blocks.0.attn.W_O": WO[None], "unembed.W_U": WU}
     t = {n: (a + noise * rng.standard_normal(a.shape)).astype(np.float32) for n, a in t.items()}
-    t.update({"blocks.0.attn.b_Q": np.zeros((1, d), np.float32), "blocks.0.attn.b_K": np.zeros((1, d), np.float32),
-              "blocks.0.attn.b_V": (noise * rng.standard_normal((1, d))).astype(np.float32),
-              "blocks.0.attn.b_O": np.zeros(d, np.float32), "unembed.b_U": np.zeros(v, np.float32)})
+    shapes = {"blocks.0.attn.b_Q": (1, d), "blocks.0.attn.b_K": (1, d), "blocks.0.attn.b_V": (1, d),
+              "blocks.0.attn.b_O": (d,), "unembed.b_U": (v,)}
+    t.update({n: (noise * rng.standard_normal(shape)).astype(np.float32) for n, shape in shapes.items()})
     config = dict(n_layers=1, d_model=d, n_heads=1, d_head=d, d_vocab=v, n_ctx=k, attn_only=True,
                   normalization_type=None)
     return t, config
@@ -152,6 +153,15 @@ def test_nontrivial_bounds_occur():
     if not any(NONTRIVIAL.values()):
         pytest.skip("property test did not run in this session")
     assert all(NONTRIVIAL[s] > 0 for s in STRATEGIES), NONTRIVIAL
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_brute_force_is_exact_with_biases(tmp_path, seed):
+    """All five bias vectors nonzero: the checker's decomposition (biases folded into EQKP and EU) must
+    reproduce the independent forward pass's exact count."""
+    path = write_model(tmp_path, *constructed(6, 3, 4.0, 1.0, 0.5, 100 + seed))
+    n, _ = certify(path, "brute", tmp_path)
+    assert n == oracle_upper(load_model(path))
 
 
 def test_trained_models(tmp_path):
