@@ -339,11 +339,18 @@ class FlintBackend(Backend):
     def sin(self, x):
         return x.sin()
 
+    def _monotone(self, x, fn):
+        """fn(x) for an increasing fn, from the ball's endpoints: Arb's own erf/tanh of a wide ball is
+        very loose (tanh of [-1, 1] gives +-5.6) or NaN (tanh of [-11, 11]) where mpmath is tight."""
+        if x.rad() == 0 or not x.is_finite():
+            return fn(x)
+        return fn(x.lower()).union(fn(x.upper()))
+
     def erf(self, x):
-        return x.erf()
+        return self._monotone(x, lambda v: v.erf())
 
     def tanh(self, x):
-        return x.tanh()
+        return self._monotone(x, lambda v: v.tanh())
 
     def pi(self):
         return self.flint.arb.pi()

@@ -319,11 +319,17 @@ def test_matrix_of_intervals_product(name, data, n, k):
     rows = [[B.interval(F(float(lo[i, j])), F(float(lo[i, j])) + F(float(width[i, j]))) for j in range(k)]
             for i in range(n)]
     prod = (B.matrix(rows) @ B.array(v)).rows()
+    prod_t = (B.array(v.T) @ B.matrix(rows).T).rows()  # point matrix on the left
+    both = (B.matrix(rows) @ B.matrix([[x + B.interval(Fraction(0), Fraction(1, 8))] for x in B.array(v).T.rows()[0]]))
     for pick in (0, 1, Fraction(1, 3)):
         for i in range(n):
             exact_value = sum(((F(float(lo[i, j])) + pick * F(float(width[i, j]))) * F(float(v[j, 0]))
                                for j in range(k)), Fraction(0))
             encloses(B, prod[i][0], exact_value)
+            encloses(B, prod_t[0][i], exact_value)
+            shifted = exact_value + sum((F(float(lo[i, j])) + pick * F(float(width[i, j])) for j in range(k)),
+                                        Fraction(0)) * pick / 8
+            encloses(B, both.rows()[i][0], shifted)
 
 
 @pytest.mark.parametrize("name", NAMES)
