@@ -196,13 +196,15 @@ def mutated(tmp, cert_path, edit):
     return out
 
 
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_claim_one_more_is_rejected(tiny, strategy):
+def test_claim_one_more_is_rejected(tiny, strategy, backend):
     tmp, path, certs = tiny
+    verify_files(certs[strategy], path, backend)
     bad = mutated(tmp, certs[strategy], lambda c: c["claim"].update(
         correct_at_least=c["claim"]["correct_at_least"] + 1))
     with pytest.raises(Rejected, match="count"):
-        verify_files(bad, path, "flint")
+        verify_files(bad, path, backend)
 
 
 def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
@@ -264,8 +266,10 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
                         case[3] = max(case[3], j)
                         return
                 cases.append([m, q, c, j])
-            with pytest.raises(Rejected, match="subcubic case"):
-                verify_files(mutated(tmp, certs[strategy], edit), path, "flint")
+            bad = mutated(tmp, certs[strategy], edit)
+            for backend in ("flint", "mpmath"):
+                with pytest.raises(Rejected, match="subcubic case"):
+                    verify_files(bad, path, backend)
 
 
 def test_subcubic_hint_of_wrong_length_is_bad_input(tiny):
