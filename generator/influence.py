@@ -176,7 +176,9 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
     info.update(per_change=float(per_change), margin=float(margin), max_R=best)
     R = best if substitutions is None else substitutions
     if R < 1 or R > best:
-        return None, dict(info, reason=f"R = {R} not certifiable (largest certifiable R is {best})")
+        why = (f"one substitution may move the logit gap by up to {float(per_change):.4g} >= margin {float(margin):.4g}"
+               if best == 0 else f"R = {R} is not certifiable; the largest certifiable R is {best}")
+        return None, dict(info, reason=why)
     claim["corollary"] = {"prediction": pclaim, "substitutions": R, "gap_lipschitz": certio.num(float(G))}
     info["R"] = R
     return certio.envelope("influence", model, claim, evidence), info

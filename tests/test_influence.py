@@ -343,3 +343,16 @@ def test_randmodel_families(tmp_path, arch, overrides):
         dy, dp = adversarial_influence(model, n, trials=4, greedy_rounds=1, seed=n)
         bound_y, bound_p = certified(cert, n, 2)
         assert dy <= float(bound_y) and dp <= float(bound_p)
+
+
+def test_cap_factor_and_rate():
+    """cap_k >= m / H_m^(k-1) for every m <= n_max (exact rationals), n_max in the bidirectional case."""
+    from checker.kinds.influence import cap_factor
+    B = make_backend("mpmath")
+    for n_max in (2, 7, 40):
+        for k in (1, 2, 3, 5):
+            cap = cap_factor(B, n_max, k, True)
+            exact = max(Fraction(m) / harmonic(m) ** (k - 1) for m in range(1, n_max + 1))
+            assert exact <= cap <= exact * (1 + Fraction(1, 10 ** 12))
+            assert cap_factor(B, n_max, k, False) == n_max
+    assert rate("harmonic", 4, 3) == harmonic(4) ** 2 / 4 and rate("inverse", 4, 3) == Fraction(1, 4)

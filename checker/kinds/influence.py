@@ -135,6 +135,21 @@ def harmonic(n: int) -> Fraction:
     return sum((Fraction(1, k) for k in range(1, n + 1)), Fraction(0))
 
 
+def cap_factor(B, n_max: int, k: int, causal: bool) -> Fraction:
+    """An upper bound of max_{m <= n_max} 1/rho_k(m): n_max when rho_k(m) = 1/n (bidirectional) or k = 1;
+    max_m m / H_m^(k-1) when rho_k(m) = H_m^(k-1)/m (causal, after k >= 2 blocks)."""
+    if not causal or k == 1:
+        return Fraction(n_max)
+    best, H = Fraction(0), B.num(0)
+    for m in range(1, n_max + 1):
+        H = H + B.num(1) / m
+        power = B.num(1)
+        for _ in range(k - 1):
+            power = power * H
+        best = max(best, B.upper(B.num(m) / power))
+    return best
+
+
 def rate(name: str, n: int, n_layers: int) -> Fraction:
     """r(n) of the claimed rate."""
     return Fraction(1, n) if name == "inverse" else harmonic(n) ** (n_layers - 1) / n
@@ -155,8 +170,10 @@ def layer_norm(B, ld, model, prefix, name, bound, eps, sqrt_d):
     return lip, out
 
 
-def attention_layer(B, ld, model, layer, U, lam, D, E, n_max, power, causal):
-    """Bounds for block `layer`'s attention: (output norm, change at i, change elsewhere)."""
+def attention_layer(B, ld, model, layer, U, lam, D, E, n_max, cap, power, causal):
+    """Bounds for block `layer`'s attention: (output norm, change at i, change elsewhere).
+
+    cap: a number with 1 <= cap * rho(m) for every position m <= n_max, rho the block's output weight."""
     cfg, t = model.config, model.tensors
     p = f"blocks.{layer}.attn."
     div = Fraction(cfg.attn_scale) if cfg.attn_scale is not None else lo_sqrt(B, Fraction(cfg.d_head))
@@ -187,8 +204,8 @@ def attention_layer(B, ld, model, layer, U, lam, D, E, n_max, power, causal):
         out_norm += sov * U + bvo
         S = kappa * (D + E) if causal else kappa * D + E   # n * (attention-weighted input change)
         d_att += 2 * vo
-        # the head output moves by <= 2 vo at any query, and ||a - a'||_1 <= 2; both are <= (.) n_max r(n)
-        e_att += min(2 * vo * n_max, sov * lam * S + 2 * vo * min(n_max, ka * E + kk * S))
+        # the head output moves by <= 2 vo at any query, and ||a - a'||_1 <= 2; both are <= (.) cap rho(m)
+        e_att += min(2 * vo * cap, sov * lam * S + 2 * vo * min(cap, ka * E + kk * S))
     out_norm = ld.const(f"L{layer}.attn.out", lambda: out_norm)
     d_att = ld.const(f"L{layer}.attn.D", lambda: d_att)
     e_att = ld.const(f"L{layer}.attn.E", lambda: e_att)
@@ -241,7 +258,8 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
             ln1 = f"blocks.{layer}.ln1" if cfg.has_ln else None
             ln2 = (ln1 if cfg.shared_ln else f"blocks.{layer}.ln2") if cfg.has_ln else None
             lam1, U1 = layer_norm(B, ld, model, ln1, f"L{layer}.ln1", bound, cfg.eps, sqrt_d)
-            a_out, d_att, e_att = attention_layer(B, ld, model, layer, U1, lam1, D, E, n_max, power, causal)
+            cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, causal))
+            a_out, d_att, e_att = attention_layer(B, ld, model, layer, U1, lam1, D, E, n_max, cap, power, causal)
             L = f"L{layer}."
             if cfg.attn_only:
                 nb = bound + a_out
@@ -261,17 +279,17 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
             bound = ld.const(f"B{layer + 1}", lambda: nb)
             D = ld.const(f"D{layer + 1}", lambda d=D: d)
             # a position m != i has the same embedding in both inputs, and each sublayer output lies in a
-            # fixed ball (attention: radius d_att/2; MLP: m_rad), so delta_m <= spread <= spread n_max r(n)
+            # fixed ball (attention: radius d_att/2; MLP: m_rad), so delta_m <= spread <= spread cap rho(m)
             spread = ld.const(f"spread{layer + 1}", lambda: spread + d_att + (0 if cfg.attn_only else 2 * m_rad))
-            E = ld.const(f"E{layer + 1}", lambda e=E: min(e, spread * n_max))
+            E = ld.const(f"E{layer + 1}", lambda e=E: min(e, spread * cap))
     with ob.step("unembedding: final LN, radius of W_U columns"):
         lam_f = Fraction(1)
         if cfg.final_ln:
             lam_f = ld.const("ln_final.lip", lambda: B.upper(B.num(max_abs(B, t["ln_final.w"])) /
                                                             B.sqrt(B.num(cfg.eps))))
         r_u = ld.const("unembed.radius", lambda: max_row_dist(B, np.asarray(t["unembed.W_U"]).T, unembed_center))
-    # ||p - p'||_1 <= 2 <= 2 n_max r(n); the n-independent caps: the last position moves by <= spread_L
-    return {"C": E, "C_prob": min(r_u * lam_f * E, 2 * n_max), "C_abs": spread,
+    # ||p - p'||_1 <= 2 <= 2 cap_L r(n); the n-independent caps: the last position moves by <= spread_L
+    return {"C": E, "C_prob": min(r_u * lam_f * E, 2 * cap), "C_abs": spread,
             "C_prob_abs": min(r_u * lam_f * spread, 2), "lam_f": lam_f}
 
 
