@@ -89,7 +89,7 @@ def demo_section(model, out_dir: str, backend: str) -> bool:
           f"min({f['C_prob']:.6g} r(n), {f['C_prob_abs']:.4g}), rate {c['rate']}, n in [{c['n_min']}, {c['n_max']}] -> {path}")
     ok = check_and_report(path, model.path, backend)
     # corollary on the demo model: an input whose answer sits at the last position is the best case
-    tokens = list(range(cfg.n_ctx - 1)) + [cfg.d_vocab - 1]
+    tokens = [m % cfg.d_vocab for m in range(cfg.n_ctx - 1)] + [cfg.d_vocab - 1]
     cc, info = corollary_certificate(model, tokens)
     if cc is None:
         print(f"  corollary on {tokens}: no certificate: {info.get('reason', '')} (the bound is worst-case over all inputs)")

@@ -208,6 +208,14 @@ def test_claim_and_model_edits_rejected(tmp_path):
     bad["evidence"]["constants"]["junk"] = "1"
     with pytest.raises(BadInput, match="unused"):
         verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["evidence"]["constants"]["B1"] = "abc"
+    with pytest.raises(BadInput):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["claim"]["C"] = "-1"
+    with pytest.raises(Rejected, match="claim C"):
+        verify_files(write(tmp_path, bad), mpath)
     for key, value in (("power", 99), ("embed_center", ["0"]), ("unembed_center", "x")):
         bad = copy.deepcopy(cert)
         bad["evidence"][key] = value
@@ -292,6 +300,10 @@ def test_corollary_verifies_and_holds(tmp_path):
     bad = copy.deepcopy(cert)
     bad["claim"]["corollary"]["prediction"]["margin"] = "1000"
     with pytest.raises(Rejected, match="logit gap"):
+        verify_files(write(tmp_path, bad), mpath)
+    bad = copy.deepcopy(cert)
+    bad["claim"]["corollary"]["substitutions"] = 0
+    with pytest.raises(BadInput, match="substitutions"):
         verify_files(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["n_max"] = 8
