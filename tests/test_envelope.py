@@ -4,6 +4,7 @@ Schema in docs/ against generated certificates and envelope violations.
 """
 
 import json
+import os
 import time
 from fractions import Fraction
 
@@ -17,6 +18,11 @@ from checker.envelope import parse_certificate_bytes
 from checker.errors import BadInput
 from checker.exact import format_number, parse_int, parse_number
 from conftest import ROOT, example_scale
+
+def fuzz_examples(ci: int) -> int:
+    """Examples per fuzz test: the CI size, 10x under the large profile, or TCERT_FUZZ_EXAMPLES."""
+    return int(os.environ.get("TCERT_FUZZ_EXAMPLES", example_scale(ci)))
+
 
 SCHEMA = json.loads((ROOT / "docs" / "certificate.schema.json").read_text())
 SHA = "ab" * 32
@@ -303,7 +309,7 @@ json_values = st.recursive(json_leaves, lambda kids: st.lists(kids, max_size=5)
                            | st.dictionaries(st.text(max_size=8), kids, max_size=5), max_leaves=30)
 
 
-@settings(max_examples=example_scale(200))
+@settings(max_examples=fuzz_examples(200))
 @given(doc=st.dictionaries(st.sampled_from(sorted(envelope.ENVELOPE_KEYS | {"generator", "x"})), json_values)
        | json_values, fill=st.booleans())
 def test_fuzz_envelope_never_crashes(doc, fill):
@@ -329,7 +335,7 @@ def has_float(value) -> bool:
     return not isinstance(value, (str, int, bool, type(None)))
 
 
-@settings(max_examples=example_scale(300))
+@settings(max_examples=fuzz_examples(300))
 @given(data=st.binary(max_size=300))
 def test_fuzz_random_bytes(data):
     """Random bytes: BadInput or a valid envelope, never another exception."""
@@ -339,7 +345,7 @@ def test_fuzz_random_bytes(data):
         pass
 
 
-@settings(max_examples=example_scale(300))
+@settings(max_examples=fuzz_examples(300))
 @given(text=st.text(max_size=60) | st.from_regex(r"[+-]?0[xX][0-9a-f]{0,5}(\.[0-9a-f]*)?[pP][+-]?[0-9]{1,6}"))
 def test_fuzz_number_parser(text):
     """Arbitrary strings: an exact Fraction or BadInput; accepted ones round-trip."""

@@ -37,6 +37,12 @@ from test_envelope import ENVELOPE_ERRORS
 TIME_LIMIT = 10.0  # seconds per input (generous: the machine is shared; a hang is what it catches)
 
 
+def fuzz_examples(ci: int) -> int:
+    """Examples per fuzz test: the CI size, 10x under the large profile, or TCERT_FUZZ_EXAMPLES
+    (the long profile by hand: TCERT_FUZZ_EXAMPLES=20000 takes about half an hour)."""
+    return int(os.environ.get("TCERT_FUZZ_EXAMPLES", example_scale(ci)))
+
+
 @contextlib.contextmanager
 def time_limit(seconds=TIME_LIMIT * 3):
     """Abort a run that hangs (SIGALRM), so that a hang fails the test instead of stalling CI."""
@@ -383,7 +389,7 @@ def claim_is_true(model, claim) -> bool:
     return gap >= margin - Fraction(1, 10 ** 6)
 
 
-@settings(max_examples=example_scale(150))
+@settings(max_examples=fuzz_examples(150))
 @given(edits=edits_strategy)
 def test_fuzz_certificate_bytes(valid, tmp_path_factory, edits):
     """Mutated certificate bytes: exit 0/1/2 (never 3), one line; VERIFIED only for a true claim."""
@@ -399,7 +405,7 @@ def test_fuzz_certificate_bytes(valid, tmp_path_factory, edits):
         assert claim_is_true(valid["model"], json.loads(data)["claim"])
 
 
-@settings(max_examples=example_scale(100))
+@settings(max_examples=fuzz_examples(100))
 @given(edits=edits_strategy)
 def test_fuzz_model_bytes(valid, tmp_path_factory, edits):
     """Mutated model bytes: exit 1 (model binding) or 2, never VERIFIED, never 3."""
@@ -411,3 +417,40 @@ def test_fuzz_model_bytes(valid, tmp_path_factory, edits):
         code = cli.main([str(valid["cert_path"]), "--model", str(path)])
     assert time.perf_counter() - start < TIME_LIMIT
     assert code == 0 if data == valid["model_bytes"] else code in (1, 2)
+
+
+ODD_VALUES = st.sampled_from([None, True, -1, 0, 1, 3, 2 ** 31, 2 ** 64, 2 ** 70, -(2 ** 63), 0.5, 1e308, "F32",
+                              "F16", "F64", "BF16", "I64", "", "x" * 1000, [], [0], [1, 2], [-1, 5], [0, 2 ** 64],
+                              [[1]], {}, {"a": 1}, [2 ** 22, 2 ** 22], [1] * 50])
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(data=st.data())
+def test_fuzz_model_header(valid, data):
+    """Safetensors headers with fields replaced by odd values (offsets, shapes, dtypes, metadata,
+    config entries): the reader returns a Model or raises BadInput, never anything else, in time."""
+    header, body = split_model(valid["model_bytes"])
+    names = sorted(header)
+    for _ in range(data.draw(st.integers(1, 4), "edits")):
+        name = data.draw(st.sampled_from(names), "tensor")
+        if name not in header:  # removed by an earlier edit
+            continue
+        if name == "__metadata__":
+            cfg = json.loads(header[name]["config"])
+            key = data.draw(st.sampled_from(sorted(cfg) + ["rotary_dim", "attn_scale", "eps", "extra"]), "key")
+            cfg[key] = data.draw(ODD_VALUES | st.text(max_size=12), "config value")
+            header[name]["config"] = json.dumps(cfg)
+        else:
+            field = data.draw(st.sampled_from(["dtype", "shape", "data_offsets", "extra", None]), "field")
+            if field is None:
+                header.pop(name)
+            else:
+                header[name][field] = data.draw(ODD_VALUES, "value")
+    blob = join_model(header, body)
+    start = time.perf_counter()
+    with time_limit():
+        try:
+            modelfile.parse_model_bytes(blob)
+        except BadInput:
+            pass
+    assert time.perf_counter() - start < TIME_LIMIT
