@@ -342,3 +342,18 @@ def test_importance_sampled_estimate_is_close_to_exact(tmp_path):
     r = estimate_accuracy(model, samples=5000, seed=1)
     assert abs(r["estimate"] - exact) <= 5 * r["stderr"] + 1e-3
     assert "not a certificate" in r["note"]
+
+
+def test_svd_variant_never_forms_eqke(tiny, monkeypatch):
+    """The rank-1 subcubic check must not multiply EQKE out (that is the exact-eqke variant's cost)."""
+    import checker.maxofk_tables as tables
+    tmp, path, certs = tiny
+    real = tables.interval_tables
+    seen = []
+
+    def spy(B, model, eqke=True):
+        seen.append(eqke)
+        return real(B, model, eqke)
+    monkeypatch.setattr(tables, "interval_tables", spy)
+    verify_files(certs["subcubic:svd"], path, "flint")
+    assert seen == [False]
