@@ -60,3 +60,170 @@ def test_erf_point_enclosure_is_not_mpmath_point_erf():
             assert B.lower(r) <= F.lower(ref) + REF_TOL and F.upper(ref) - REF_TOL <= B.upper(r)
     finally:
         mpmath.mp.erf = original
+
+
+# --------------------------------------------------------------------------------------------------------
+# accuracy: every case an attacker may list (not only the generator's) must cover only correct inputs,
+# and the count the checker credits for a case must equal the number of inputs it covers.
+
+import itertools
+import math
+
+import numpy as np
+
+from checker.errors import Rejected
+from checker.forward import last_logits
+from checker.kinds import accuracy as acc
+from checker.maxofk_tables import value_tables
+from checker.modelfile import load_model
+from checker.verify import Obligations
+from generator.modelio import save_model
+
+
+def _maxofk_model(v: int, k: int, seed: int, noise: float, sharp: float):
+    """A hand-built Max-of-k model (attention to the largest key token, values copied to the logits)
+    plus Gaussian noise on every tensor, so that some inputs are answered wrongly."""
+    rng = np.random.default_rng(seed)
+    d = 2 * v + 2
+    E = np.zeros((v, d))
+    E[np.arange(v), np.arange(v)] = 1
+    E[:, v] = np.arange(v) / (v - 1)
+    P = np.zeros((k, d))
+    P[:, v + 1] = 1
+    WQ, WK, WO, WU = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, v))
+    WQ[v + 1, 0], WK[v, 0] = sharp, 1
+    WO[np.arange(v), v + 2 + np.arange(v)] = 1
+    WU[v + 2 + np.arange(v), np.arange(v)] = 3
+    t = {"embed.W_E": E, "pos_embed.W_pos": P, "blocks.0.attn.W_Q": WQ[None], "blocks.0.attn.W_K": WK[None],
+         "blocks.0.attn.W_V": np.eye(d)[None], "blocks.0.attn.W_O": WO[None], "unembed.W_U": WU,
+         "blocks.0.attn.b_Q": np.zeros((1, d)), "blocks.0.attn.b_K": np.zeros((1, d)),
+         "blocks.0.attn.b_V": np.zeros((1, d)), "blocks.0.attn.b_O": np.zeros(d), "unembed.b_U": np.zeros(v)}
+    t = {n: (a + noise * rng.standard_normal(a.shape)).astype(np.float32) for n, a in t.items()}
+    config = dict(n_layers=1, d_model=d, n_heads=1, d_head=d, d_vocab=v, n_ctx=k, attn_only=True,
+                  normalization_type=None)
+    return t, config
+
+
+def _float_gaps(model):
+    """Float64 last-position gap logit[max] - max_{x != max} logit[x] for every input (own numpy forward)."""
+    c, t = model.config, {n: np.asarray(a, dtype=np.float64) for n, a in model.tensors.items()}
+    toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
+    x = t["embed.W_E"][toks] + t["pos_embed.W_pos"][None]
+    q = x[:, -1] @ t["blocks.0.attn.W_Q"][0] + t["blocks.0.attn.b_Q"][0]
+    key = x @ t["blocks.0.attn.W_K"][0] + t["blocks.0.attn.b_K"][0]
+    s = np.einsum("bd,bnd->bn", q, key) / np.sqrt(c.d_head)
+    a = np.exp(s - s.max(axis=1, keepdims=True))
+    a /= a.sum(axis=1, keepdims=True)
+    val = x @ t["blocks.0.attn.W_V"][0] + t["blocks.0.attn.b_V"][0]
+    z = np.einsum("bn,bnd->bd", a, val) @ t["blocks.0.attn.W_O"][0] + t["blocks.0.attn.b_O"]
+    lg = (x[:, -1] + z) @ t["unembed.W_U"] + t["unembed.b_U"]
+    mx = toks.max(axis=1)
+    right = lg[np.arange(len(toks)), mx].copy()
+    lg[np.arange(len(toks)), mx] = -np.inf
+    return toks, right - lg.max(axis=1)
+
+
+def _certainly_wrong(model, toks, gaps) -> set:
+    """Inputs whose max token is certainly not strictly ahead: float gap < -1e-6, or near a tie and the
+    rigorous forward pass shows logit[max] <= logit[x] for some x."""
+    wrong = {tuple(int(v) for v in tk) for tk, g in zip(toks, gaps) if g < -1e-6}
+    B = make_backend("flint")
+    for tk, g in zip(toks, gaps):
+        if abs(g) <= 1e-6:
+            L, m = last_logits(B, model, [int(v) for v in tk]), int(max(tk))
+            if any(B.upper(L[m] - L[x]) <= 0 for x in range(len(L)) if x != m):
+                wrong.add(tuple(int(v) for v in tk))
+    return wrong
+
+
+def _case_of(tk):
+    """(m, q, c, non-max tokens at non-query positions) of one input."""
+    m, q = max(tk), tk[-1]
+    others = [t for t in tk[:-1] if t != m]
+    return m, q, len(others), set(others)
+
+
+MAXOFK_MODELS = [(5, 3, 1, 0.05, 15.0), (6, 2, 2, 0.1, 8.0), (4, 4, 3, 0.05, 30.0), (6, 3, 4, 0.1, 40.0),
+                 (5, 3, 6, 0.08, 15.0)]
+
+
+@pytest.fixture(scope="module", params=MAXOFK_MODELS, ids=lambda p: "v{}k{}s{}".format(*p[:3]))
+def maxofk(request, tmp_path_factory):
+    v, k, seed, noise, sharp = request.param
+    path = str(tmp_path_factory.mktemp("redteam_acc") / "m.safetensors")
+    save_model(path, *_maxofk_model(v, k, seed, noise, sharp))
+    model = load_model(path)
+    toks, gaps = _float_gaps(model)
+    return model, [tuple(int(v) for v in tk) for tk in toks], _certainly_wrong(model, toks, gaps)
+
+
+def test_brute_force_never_counts_a_wrong_input(maxofk):
+    """The brute-force strategy's count is at most the number of inputs not certainly wrong."""
+    model, inputs, wrong = maxofk
+    assert wrong, "the model should answer some inputs wrongly (otherwise the test is vacuous)"
+    assert acc.brute_count(value_tables(make_backend("flint"), model)) <= len(inputs) - len(wrong)
+
+
+def _all_cases(n, v):
+    for m in range(v):
+        for q in range(m + 1):
+            for c in range(0, (n - 1 if q == m else n - 2) + 1):
+                yield m, q, c
+
+
+def test_every_accepted_cubic_case_covers_only_correct_inputs(maxofk):
+    """Attack: list EVERY (m, q, c) case with the largest token set the checker accepts (masks an honest
+    generator might never emit, e.g. mixing several non-max tokens). Each input such a case covers must
+    be correct, and cubic_check's credited count must equal the number of inputs covered."""
+    model, inputs, wrong = maxofk
+    n, v = model.config.n_ctx, model.config.d_vocab
+    T = value_tables(make_backend("flint"), model)
+    cases = {}
+    for m, q, c in _all_cases(n, v):
+        vals, sums = acc.cubic_values(T, m), acc.position_sums(T, q)
+        ks = list(range(m)) if c else []
+        if c and not ks:
+            continue   # m = 0 has no non-max token (the checker refuses such a mask)
+        ok = acc.cubic_case_ok(T, vals, sums, m, q, c, ks)
+        good = [k for k, g in zip(ks, np.atleast_1d(ok)) if g] if c else ([] if not ok else None)
+        if c == 0 and ok:
+            cases[(m, q, 0)] = []
+        elif c and good:
+            cases[(m, q, c)] = good
+    covered = [tk for tk in inputs if (lambda m, q, c, ks: (m, q, c) in cases and ks <= set(cases[(m, q, c)]))(
+        *_case_of(tk))]
+    assert not set(covered) & wrong, sorted(set(covered) & wrong)[:5]
+    assert acc.cubic_check(T, cases, Obligations()) == len(covered)
+    assert len(covered) > 0
+
+
+def test_every_accepted_subcubic_case_covers_only_correct_inputs(maxofk):
+    """Attack: for every (m, q, c) try every cutoff j, for both subcubic variants, with the checker's own
+    per-case rule (subcubic_check on a one-case certificate). Whatever it accepts must cover only correct
+    inputs, and the credited count must equal the number of covered inputs."""
+    model, inputs, wrong = maxofk
+    n, v = model.config.n_ctx, model.config.d_vocab
+    B = make_backend("flint")
+    T = value_tables(B, model, True)
+    EQKE = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["EQKE"].rows()])
+    Qm = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["Q"].rows()])
+    Km = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["K"].rows()])
+    u, _, vt = np.linalg.svd(Qm.T @ Qm @ Km.T @ Km)   # some plausible rank-1 hint; any hint must be safe
+    hints = {"svd": ([float(x).hex() for x in vt[0]], [float(x).hex() for x in u[:, 0]]), "exact-eqke": None}
+    credited_any = 0
+    for variant, hint in hints.items():
+        for m, q, c in _all_cases(n, v):
+            for j in (range(m) if c else [0]):
+                ev = {"strategy": "subcubic", "variant": variant, "cases": [[m, q, c, j]]}
+                if hint:
+                    ev["x"], ev["y"] = hint
+                try:
+                    count, _ = acc.subcubic_check(B, model, T, ev, Obligations())
+                except Rejected:
+                    continue
+                covered = [tk for tk in inputs if _case_of(tk)[:3] == (m, q, c) and
+                           all(t <= j for t in _case_of(tk)[3])]
+                assert not set(covered) & wrong, (variant, m, q, c, j)
+                assert count == len(covered), (variant, m, q, c, j, count, len(covered))
+                credited_any += count
+    assert credited_any > 0 and EQKE.shape == (v, v)
