@@ -227,3 +227,63 @@ def test_every_accepted_subcubic_case_covers_only_correct_inputs(maxofk):
                 assert count == len(covered), (variant, m, q, c, j, count, len(covered))
                 credited_any += count
     assert credited_any > 0 and EQKE.shape == (v, v)
+
+
+# --------------------------------------------------------------------------------------------------------
+# overwhelm: the certified deviation W must bound how far every logit actually moves over the designed set
+# (tested directly, so an unsound W is caught even where the final verdict would still happen to be right).
+
+from checker import overwhelm_bounds as owb
+from checker.kinds import overwhelm as ow_kind
+from generator.forward import logits as float_logits
+from overwhelm_helpers import tiny_neox1l
+
+
+def _ow_model(tmp_path, seed, **kw):
+    path = str(tmp_path / f"ow{seed}.safetensors")
+    save_model(path, *tiny_neox1l(seed, **kw))
+    return load_model(path)
+
+
+def _certified_w(B, model, prefix, query, kind, n_free, multiset, mode, method):
+    """The checker's own deviation bound W for the claim (duals: the trivial ones that add nothing)."""
+    allowed = list(range(model.config.d_vocab)) if multiset is None else sorted(set(multiset))
+    heads = owb.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()))
+    duals = None
+    if method == "lp":
+        duals = []
+        for hd in heads:   # a feasible dual from the cost bounds: u = 0, v_c = min / max over rows
+            lo, hi = owb.lp_costs(B, hd, multiset)
+            duals.append({("min", "u"): [Fraction(0)] * n_free, ("max", "u"): [Fraction(0)] * n_free,
+                          ("min", "v"): [min(r[c] for r in lo) for c in range(n_free)],
+                          ("max", "v"): [max(r[c] for r in hi) for c in range(n_free)]})
+    alphas = ow_kind.alpha_bounds(B, heads, method, duals, multiset)
+    beta = [owb.betas(B, hd, *a) for hd, a in zip(heads, alphas)]
+    return owb.deviation(B, model, heads, beta)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_overwhelm_deviation_bounds_every_logit_spread(tmp_path, seed):
+    """Attack surface: sign cases of the beta/value product, heads summed (not maxed), rotary offsets of
+    prefix and free columns, the LP bound. For every free string of the set, each logit must stay within
+    the certified W of its value on any other string (float64 enumeration, tolerance 1e-9)."""
+    rng = random.Random(seed)
+    model = _ow_model(tmp_path, seed, n_heads=3, qk_scale=1.0 + seed % 3, adjacent=bool(seed % 2),
+                      rotary_dim=2 if seed % 3 == 2 else None, n_ctx=12)
+    v = model.config.d_vocab
+    B = make_backend("flint")
+    prefix = [rng.randrange(v) for _ in range(rng.randint(0, 4))]
+    query = rng.randrange(v)
+    cases = [("any", 3, None, "table", "naive"), ("any", 2, None, "norm", "naive")]
+    ms = [rng.randrange(v) for _ in range(4)]
+    cases += [("perm", 4, ms, "table", "naive"), ("perm", 4, ms, "table", "lp")]
+    for kind, n_free, multiset, mode, method in cases:
+        W, per_head = _certified_w(B, model, prefix, query, kind, n_free, multiset, mode, method)
+        frees = (itertools.product(range(v), repeat=n_free) if multiset is None
+                 else set(itertools.permutations(multiset)))
+        toks = np.array([prefix + list(t) + [query] for t in frees])
+        lg = float_logits(model, toks)
+        spread = float((lg.max(axis=0) - lg.min(axis=0)).max())
+        assert spread <= float(W) + 1e-9, (kind, mode, method, spread, float(W))
+        # heads ADD: the bound is at least the largest single-head spread (a max over heads could be smaller)
+        assert float(W) >= max(float(x) for x in per_head)
