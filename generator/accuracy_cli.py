@@ -96,8 +96,9 @@ def demo_section(model, out_dir: str, backend: str) -> bool:
     cert, report = make_certificate(model, "cubic", KNOWN_EXACT.get(model.sha256))
     path = os.path.join(out_dir, "accuracy_cubic.json")
     certio.write(path, cert)
+    exact = f"; {report['bound_over_true']} of the exact count {report['true_count']}" \
+        if "true_count" in report else ""
     print(f"  generator ({time.perf_counter() - start:.2f} s): correct on >= {report['bound']} of "
-          f"{report['inputs']} inputs ({report['bound_over_inputs']}"
-          + (f"; {report['bound_over_true']} of the exact count {report['true_count']}" if "true_count" in report else "")
-          + f"), {len(cert['evidence']['cases'])} cases -> {path}")
+          f"{report['inputs']} inputs ({report['bound_over_inputs']}{exact}), "
+          f"{len(cert['evidence']['cases'])} cases -> {path}")
     return check_and_report(path, model.path, backend)

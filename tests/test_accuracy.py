@@ -1,6 +1,5 @@
 """Accuracy certificates (Max-of-K): soundness against exhaustive enumeration, mutation, both backends."""
 
-import copy
 import functools
 import itertools
 import json
@@ -48,9 +47,8 @@ def train_tiny(v: int, k: int, seed: int, steps: int = 300, d: int = 8):
         loss.backward()
         opt.step()
     tensors = {n: t.detach().numpy().astype(np.float32) for n, t in p.items()}
-    tensors.update({"blocks.0.attn.b_Q": np.zeros((1, d), np.float32), "blocks.0.attn.b_K": np.zeros((1, d), np.float32),
-                    "blocks.0.attn.b_V": np.zeros((1, d), np.float32), "blocks.0.attn.b_O": np.zeros(d, np.float32),
-                    "unembed.b_U": np.zeros(v, np.float32)})
+    tensors.update({f"blocks.0.attn.b_{x}": np.zeros((1, d), np.float32) for x in "QKV"})
+    tensors.update({"blocks.0.attn.b_O": np.zeros(d, np.float32), "unembed.b_U": np.zeros(v, np.float32)})
     config = dict(n_layers=1, d_model=d, n_heads=1, d_head=d, d_vocab=v, n_ctx=k, attn_only=True,
                   normalization_type=None)
     return tensors, config
