@@ -53,8 +53,9 @@ def check_only(cert_path, model_path):
     except Rejected as e:
         verdict = f"REJECTED: {e}"
     total = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"verdict": verdict, "seconds": total, "load_seconds": load, "obligations": ob.done,
-                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}))
+                      "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_gb": usage.ru_maxrss / 2 ** 20}))
 
 
 def build_model(path):
@@ -107,27 +108,29 @@ def run_case(name, model, model_path, workdir, looseness):
     dom = dominant_prefix_token(model, query, n_fix, spec[1])
     t_pick = time.perf_counter() - t0
     prefix = [dom] * n_fix
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cert, report = generate(model, prefix, query, spec, method, "auto", "float", force=True)
-    t_gen = time.perf_counter() - t0
+    t_gen, c_gen = time.perf_counter() - t0, time.process_time() - c0
     path = os.path.join(workdir, f"overwhelm_{name}.json")
     certio.write(path, cert)
     print(f"\n== {name}: n_fix {n_fix}, free {spec[0]}:{spec[1]}, method {method}, prefix token {dom} x {n_fix}, "
           f"query {query}")
     print(format_report(report))
-    print(f"generator: {t_gen:.2f} s (float verdict {report['verdict']}; choosing the prefix token took "
+    print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU (float verdict {report['verdict']}; choosing the prefix token took "
           f"{t_pick:.2f} s, not counted)")
     out = subprocess.run([sys.executable, __file__, "--check-only", path, model_path],
                          capture_output=True, text=True, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"checker (Arb, fresh process): {res['seconds']:.2f} s incl. {res['load_seconds']:.2f} s loading; "
+    print(f"checker (Arb, fresh process): {res['seconds']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU, incl. "
+          f"{res['load_seconds']:.2f} s loading; "
           f"peak RSS {res['peak_rss_gb']:.2f} GB; verdict {res['verdict'][:160]}")
     work = sum(s for _, s in res["obligations"])
     for n, s in res["obligations"]:
         print(f"   {100 * s / res['seconds']:5.1f}%  {s:8.2f} s  {n}")
     print(f"   {100 * (res['seconds'] - work) / res['seconds']:5.1f}%  {res['seconds'] - work:8.2f} s  "
           f"loading, parsing, Weights conversion outside obligations")
-    print(f"generator/checker time ratio: {t_gen / res['seconds']:.3f}")
+    print(f"generator/checker time ratio: {t_gen / res['seconds']:.3f} wall")
+    print(f"machine load while the case ran (1-min load average on 2 cores): {os.getloadavg()[0]:.1f}")
     if looseness and report["value_bound"] == "norm":
         T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
         t0 = time.perf_counter()

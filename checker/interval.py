@@ -255,9 +255,14 @@ class MpmathBackend(Backend):
 
     def _from_rows(self, rows, shape):
         m = self.iv.matrix(shape[0], shape[1])
+        make, from_float, ivmpf = self.iv.make_mpf, libmp.from_float, self.iv.mpf
         for i, row in enumerate(rows):
             for j, v in enumerate(row):
-                m[i, j] = v if isinstance(v, self.iv.mpf) else self._exact(v)
+                if isinstance(v, float):  # a stored weight: a double is exact at 53 bits
+                    f = from_float(v, 53, libmp.round_nearest)
+                    m[i, j] = make((f, f))
+                else:
+                    m[i, j] = v if isinstance(v, ivmpf) else self._exact(v)
         return IMat(self, m, shape)
 
     def _matmul(self, a, b):
@@ -358,7 +363,8 @@ class FlintBackend(Backend):
             raise Rejected("finite enclosure", f"a ball is not finite: {x}")
         end = x.lower() if which == 0 else x.upper()
         man, exp = end.man_exp()
-        return Fraction(int(man)) * (Fraction(2) ** int(exp))
+        man, exp = int(man), int(exp)
+        return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
 
     def exp(self, x):
         return x.exp()

@@ -103,7 +103,8 @@ def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode
         hd.score_lo, hd.score_hi, hd.lp_rows = None, None, {}
         hd.value_lo, hd.value_hi = None, None
         heads.append(hd)
-    stacked = B.matrix([sum((hd.qcols.rows()[i] for hd in heads), []) for i in range(cfg.d_model)])
+    qrows = [hd.qcols.rows() for hd in heads]
+    stacked = B.matrix([sum((r[i] for r in qrows), []) for i in range(cfg.d_model)])
     WU = W.mat("unembed.W_U")
     for start in range(0, len(allowed), CHUNK):
         chunk = allowed[start:start + CHUNK]
