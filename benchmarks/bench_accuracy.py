@@ -90,9 +90,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for i, npz in enumerate(anchors):
             rows += run(npz, tmp, not args.no_brute_check and i == 0, args.backend)
-    print("\nTable 1 (bound / exact accuracy; reference implementation on the same weights in brackets)")
+    print("\nTable 1 (bound / exact accuracy; reference implementation on the same weights in brackets;"
+          " mean +- sd over the anchors)")
     print(f"{'strategy':22s}" + "".join(f"{r['model']:>32s}" for r in rows if r["strategy"] == "brute")
-          + f"{'mean':>10s}")
+          + f"{'mean +- sd':>18s}")
     for strategy in STRATEGIES:
         sel = [r for r in rows if r["strategy"] == strategy]
         cells = []
@@ -100,8 +101,10 @@ def main():
             ref = REFERENCE.get(r["model"], {}).get("cubic" if strategy == "cubic" else
                                                     "best subcubic" if strategy.startswith("subcubic") else "")
             cells.append(f"{r['bound'] / r['exact']:.4f} ({r['bound']})" + (f" [{ref / r['exact']:.4f}]" if ref else ""))
-        mean = sum(r["bound"] / r["exact"] for r in sel) / len(sel)
-        print(f"{strategy:22s}" + "".join(f"{c:>32s}" for c in cells) + f"{mean:>10.4f}")
+        ratios = [r["bound"] / r["exact"] for r in sel]
+        mean = sum(ratios) / len(ratios)
+        sd = (sum((x - mean) ** 2 for x in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else 0.0
+        print(f"{strategy:22s}" + "".join(f"{c:>32s}" for c in cells) + f"{mean:>10.4f} +- {sd:.4f}")
     if args.plot:
         plot(rows, args.plot)
 
