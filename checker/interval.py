@@ -363,7 +363,8 @@ class FlintBackend(Backend):
             raise Rejected("finite enclosure", f"a ball is not finite: {x}")
         end = x.lower() if which == 0 else x.upper()
         man, exp = end.man_exp()
-        return Fraction(int(man)) * (Fraction(2) ** int(exp))
+        man, exp = int(man), int(exp)
+        return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
 
     def exp(self, x):
         return x.exp()
