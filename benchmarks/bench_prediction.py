@@ -59,22 +59,25 @@ def bench(label, size, seed, backends, repeat, workdir):
     for backend in backends:
         best = None
         for _ in range(repeat):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             ob, _cert = verify_files(cpath, path, backend)
-            elapsed = time.perf_counter() - start
-            best = elapsed if best is None else min(best, elapsed)
-        steps = ", ".join(f"{name} {secs:.2f} s" for name, secs in ob.done)
-        print(f"  {backend:6s}: VERIFIED in {best:.2f} s (best of {repeat}; {steps})")
-        times[backend] = best
+            run = (time.perf_counter() - start, time.process_time() - cpu, ob.done)
+            best = run if best is None or run[0] < best[0] else best
+        steps = ", ".join(f"{name} {secs:.2f} s" for name, secs in best[2])
+        print(f"  {backend:6s}: VERIFIED in {best[0]:.2f} s wall, {best[1]:.2f} s CPU "
+              f"(best of {repeat}; {steps})")
+        times[backend] = best[0]
     return times
 
 
 def main():
-    """Run both benchmarks and print the figures against their targets."""
+    """Run both benchmarks and print the figures against their targets (wall-clock; on a shared
+    machine compare the CPU seconds and the load average printed first)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-paper", action="store_true", help="only the small model")
     parser.add_argument("--repeat", type=int, default=1, help="runs per backend (best is reported)")
     args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="tcert-bench-") as workdir:
         for label, size in (("small", SMALL), ("medium", MEDIUM)):
             dims = ", ".join(f"{k} {v}" for k, v in size.items())
