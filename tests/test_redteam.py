@@ -361,3 +361,75 @@ def test_softmax_cap_kappa_is_attained_bound():
             # at M = n_max the two are equal in exact arithmetic: only the enclosure's lower end must fit
             assert (B.lower(worst) if M == n_max else B.upper(worst)) <= kappa / M
         assert kappa / n_max - B.lower(worst) < Fraction(1, 10 ** 15)
+
+
+# --------------------------------------------------------------------------------------------------------
+# kernel pieces an attacker's numbers flow through
+
+def test_lp_bound_is_weak_duality_for_any_dual():
+    """Attack: duals chosen to make the assignment bound tighter than the truth. Whatever (u, v) the
+    checker accepts, sum u + sum v must be <= the minimum (>= the maximum) over all permutations of the
+    cost matrix, by brute force; feasible duals near the optimum must be accepted."""
+    rng = random.Random(11)
+    accepted = 0
+    for trial in range(300):
+        n = rng.randint(1, 5)
+        costs = [[Fraction(rng.randint(0, 40), rng.randint(1, 8)) for _ in range(n)] for _ in range(n)]
+        perms = [sum(costs[i][p[i]] for i in range(n)) for p in itertools.permutations(range(n))]
+        for sense in ("min", "max"):
+            pick = min if sense == "min" else max
+            u = [pick(row) + Fraction(rng.randint(-3, 3), 4) for row in costs]
+            v = [pick(costs[i][c] - u[i] for i in range(n)) + Fraction(rng.randint(-1, 1), 8)
+                 for c in range(n)]
+            try:
+                bound = owb.lp_bound(u, v, costs, sense, "redteam")
+            except Rejected:
+                continue
+            accepted += 1
+            assert (bound <= min(perms)) if sense == "min" else (bound >= max(perms)), (costs, u, v)
+    assert accepted > 100
+
+
+def test_betas_bound_the_free_share_at_every_corner():
+    """beta_min <= a / (f + a) <= beta_max for every fixed mass f in the enclosure of alpha_fix and every
+    free mass a in [amin, amax] (the share increases with a and decreases with f: corners suffice)."""
+    B = make_backend("flint")
+    rng = random.Random(5)
+
+    class HD:
+        pass
+    for _ in range(200):
+        f_lo = Fraction(rng.randint(1, 50), rng.randint(1, 9))
+        f_hi = f_lo + Fraction(rng.randint(0, 9), 7)
+        hd = HD()
+        hd.alpha_fix = B.interval(f_lo, f_hi)
+        amin = Fraction(rng.randint(0, 30), rng.randint(1, 9))
+        amax = amin + Fraction(rng.randint(0, 30), 3)
+        bmin, bmax = owb.betas(B, hd, amin, amax)
+        for f in (f_lo, f_hi):
+            for a in (amin, amax):
+                assert bmin <= a / (f + a) <= bmax
+
+
+def test_mpmath_point_product_is_exact_then_outward():
+    """The mpmath backend's fast product with a point factor (exact integer dot products, one outward
+    rounding) must enclose the exact rational product, with either factor on the left, for mixed signs,
+    zeros, subnormal and huge weights, at low precision too."""
+    rng = random.Random(3)
+    for prec in (30, 64):
+        B = make_backend("mpmath", prec)
+        for _ in range(30):
+            n, k, m = rng.randint(1, 4), rng.randint(1, 5), rng.randint(1, 4)
+            pool = [0.0, -0.0, 5e-324, -2.5e-310, 1e300, -3.0, 0.1, 1 / 3, 2.0 ** -60]
+            Wf = np.array([[rng.choice(pool + [rng.uniform(-9, 9)]) for _ in range(m)] for _ in range(k)])
+            lo = [[Fraction(rng.randint(-99, 99), rng.randint(1, 7)) for _ in range(k)] for _ in range(n)]
+            wid = [[Fraction(rng.randint(0, 5), 11) for _ in range(k)] for _ in range(n)]
+            A = B.matrix([[B.interval(a, a + w) for a, w in zip(r1, r2)] for r1, r2 in zip(lo, wid)])
+            prod, prod_t = (A @ B.array(Wf)).rows(), (B.array(Wf.T) @ A.T).rows()
+            for pick in (0, 1):
+                for i in range(n):
+                    for j in range(m):
+                        exact = sum(((lo[i][c] + pick * wid[i][c]) * Fraction(float(Wf[c, j]))
+                                     for c in range(k)), Fraction(0))
+                        for x in (prod[i][j], prod_t[j][i]):
+                            assert B.lower(x) <= exact <= B.upper(x), (prec, i, j)
