@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import pickle
+import resource
 import signal
 import struct
 import subprocess
@@ -335,6 +336,8 @@ def test_subprocess_no_traceback(valid, tmp_path, case):
     assert proc.returncode == 2, proc
     assert proc.stderr == "" and "Traceback" not in proc.stdout
     assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("ERROR: ")
+    # No memory blow-up: the largest child so far peaked below 1 GiB (ru_maxrss is in KiB on Linux).
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1 << 20
 
 
 def test_subprocess_verified_and_rejected(valid, tmp_path):
