@@ -200,13 +200,17 @@ class MpmathBackend(Backend):
 
     def erf(self, x):
         """erf is increasing with 0 < erf' <= 2/sqrt(pi), so erf([a, b]) lies in [lower erf(a), upper
-        (erf(a) + 2 (b - a) / sqrt(pi))]. erf is not in mpmath's iv context and mpmath's point erf has no
-        proven error bound, so erf(a) is enclosed by `_erf_point` in interval arithmetic."""
+        (erf(a) + 2 (b - a) / sqrt(pi))], and in [lower erf(a), upper erf(b)] (used when b - a > 2^-16).
+        erf is not in mpmath's iv context and mpmath's point erf has no proven error bound, so erf at a
+        point is enclosed by `_erf_point` in interval arithmetic."""
         at_a = self._erf_point(x.a)
         if x.a == x.b:
             return at_a
-        hi = at_a + 2 * (x.b - x.a) / self.iv.sqrt(self.iv.pi)
-        return self.iv.mpf([at_a.a, min(hi.b, 1)])
+        width = x.b - x.a
+        hi = min((at_a + 2 * width / self.iv.sqrt(self.iv.pi)).b, 1)
+        if self._endpoint(width, 1) > Fraction(1, 1 << 16):
+            hi = min(hi, self._erf_point(x.b).b)
+        return self.iv.mpf([at_a.a, hi])
 
     def _erf_point(self, p):
         """A rigorous enclosure of erf(p) for a zero-width interval p; erf(-t) = -erf(t), t = |p|.

@@ -48,6 +48,16 @@ def test_mpmath_erf_is_a_rigorous_enclosure(prec):
                 assert B.upper(r) - B.lower(r) <= Fraction(1, 2 ** (prec - 4)), (prec, v)
 
 
+def test_mpmath_erf_of_wide_interval_stays_tight():
+    """Not soundness but completeness: a wide interval must not be widened to [-1, 1] (GELU checks of
+    wide pre-activations would then be REJECTED where the monotone bracket verifies)."""
+    B, F = make_backend("mpmath", 64), make_backend("flint", 200)
+    for a, b in ((Fraction(-10 ** 6), Fraction(1, 2)), (Fraction(-3), Fraction(2)), (Fraction(1, 8), Fraction(9))):
+        r = B.erf(B.interval(a, b))
+        assert B.upper(r) - F.upper(F.erf(F.num(b))) < Fraction(1, 2 ** 50)
+        assert F.lower(F.erf(F.num(a))) - B.lower(r) < Fraction(1, 2 ** 50)
+
+
 def test_erf_point_enclosure_is_not_mpmath_point_erf():
     """The enclosure must not depend on mpmath.mp.erf: break it and erf must still be right."""
     import mpmath
