@@ -220,6 +220,9 @@ def test_every_accepted_subcubic_case_covers_only_correct_inputs(maxofk):
     Km = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["K"].rows()])
     u, _, vt = np.linalg.svd(Qm.T @ Qm @ Km.T @ Km)   # some plausible rank-1 hint; any hint must be safe
     hints = {"svd": ([float(x).hex() for x in vt[0]], [float(x).hex() for x in u[:, 0]]), "exact-eqke": None}
+    if hasattr(acc, "rank2_scores"):   # the rank-2 variant, where this checker build has it
+        hints["svd2"] = ([[float(x).hex() for x in vt[r]] for r in range(2)],
+                         [[float(x).hex() for x in u[:, r]] for r in range(2)])
     credited_any = 0
     for variant, hint in hints.items():
         for m, q, c in _all_cases(n, v):
