@@ -40,7 +40,7 @@ TIME_LIMIT = 10.0  # seconds per input (generous: the machine is shared; a hang 
 
 def fuzz_examples(ci: int) -> int:
     """Examples per fuzz test: the CI size, 10x under the large profile, or TCERT_FUZZ_EXAMPLES
-    (the long profile by hand: TCERT_FUZZ_EXAMPLES=20000 takes about half an hour)."""
+    (the long profile by hand: TCERT_FUZZ_EXAMPLES=20000, roughly 30-60 minutes)."""
     return int(os.environ.get("TCERT_FUZZ_EXAMPLES", example_scale(ci)))
 
 
