@@ -330,14 +330,22 @@ def test_subprocess_no_traceback(valid, tmp_path, case):
     else:
         model_path = tmp_path / "hostile.safetensors"
         model_path.write_bytes(HOSTILE_MODELS[name](valid))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "checker.cli", str(cert_path), "--model", str(model_path)],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=str(ROOT))
-    assert proc.returncode == 2, proc
-    assert proc.stderr == "" and "Traceback" not in proc.stdout
-    assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("ERROR: ")
-    # No memory blow-up: the largest child so far peaked below 1 GiB (ru_maxrss is in KiB on Linux).
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1 << 20
+    rss = tmp_path / "rss"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TCERT_TEST_RSS=str(rss))
+    for cmd in (["-m", "checker.cli"], ["-c", MEASURED_MAIN]):
+        proc = subprocess.run([sys.executable, *cmd, str(cert_path), "--model", str(model_path)],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=str(ROOT))
+        assert proc.returncode == 2, proc
+        assert proc.stderr == "" and "Traceback" not in proc.stdout
+        assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("ERROR: ")
+    # No memory blow-up: the checker process peaked below 1 GiB (ru_maxrss is in KiB on Linux).
+    assert int(rss.read_text()) < 1 << 20
+
+
+# tcert-check's main() in a child that reports its own peak memory (KiB) to $TCERT_TEST_RSS.
+MEASURED_MAIN = ("import os, resource, sys\nfrom checker.cli import main\ncode = main(sys.argv[1:])\n"
+                 "open(os.environ['TCERT_TEST_RSS'], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF)"
+                 ".ru_maxrss))\nsys.exit(code)")
 
 
 def test_subprocess_verified_and_rejected(valid, tmp_path):
