@@ -446,3 +446,30 @@ def test_mpmath_point_product_is_exact_then_outward():
                                      for c in range(k)), Fraction(0))
                         for x in (prod[i][j], prod_t[j][i]):
                             assert B.lower(x) <= exact <= B.upper(x), (prec, i, j)
+
+
+def test_exact_logit_ties_are_never_counted_correct(tmp_path):
+    """Attack: ties. With two identical unembedding columns (and biases) for tokens v-1 and v-2, their
+    logits are equal on every input, so every input whose max is v-1 or v-2 is wrong. No strategy may
+    credit any of them: brute force counts at most (v-2)^K, and no cubic/subcubic case with m >= v-2
+    is accepted."""
+    v, k = 5, 3
+    t, config = _maxofk_model(v, k, 9, 0.05, 15.0)
+    t["unembed.W_U"][:, v - 1] = t["unembed.W_U"][:, v - 2]
+    t["unembed.b_U"][v - 1] = t["unembed.b_U"][v - 2]
+    path = str(tmp_path / "tie.safetensors")
+    save_model(path, t, config)
+    model = load_model(path)
+    B = make_backend("flint")
+    T = value_tables(B, model, True)
+    assert acc.brute_count(T) <= (v - 2) ** k
+    for m, q, c in _all_cases(k, v):
+        if m < v - 2:
+            continue
+        ks = list(range(m)) if c else []
+        ok = acc.cubic_case_ok(T, acc.cubic_values(T, m), acc.position_sums(T, q), m, q, c, ks)
+        assert not np.any(ok), (m, q, c)
+        for j in (range(m) if c else [0]):
+            with pytest.raises(Rejected):
+                acc.subcubic_check(B, model, T, {"strategy": "subcubic", "variant": "exact-eqke",
+                                                 "cases": [[m, q, c, j]]}, Obligations())
