@@ -473,3 +473,26 @@ def test_exact_logit_ties_are_never_counted_correct(tmp_path):
             with pytest.raises(Rejected):
                 acc.subcubic_check(B, model, T, {"strategy": "subcubic", "variant": "exact-eqke",
                                                  "cases": [[m, q, c, j]]}, Obligations())
+
+
+# --------------------------------------------------------------------------------------------------------
+# the lowest precision the CLI accepts (--prec 30) must still give enclosures on every architecture
+
+from test_prediction import ARCHS, build as build_arch
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_enclosures_at_lowest_cli_precision_contain_float_logits(tmp_path, backend):
+    """At --prec 30 (the CLI's minimum: weights are held exactly but every later operation rounds to
+    30 bits, the mpmath point-product and erf paths included) the float64 logits of every architecture
+    variant still lie inside the enclosures, up to float64 error (1e-11 of the logit scale)."""
+    B = make_backend(backend, 30)
+    for name in sorted(ARCHS):
+        model = build_arch(str(tmp_path), name, seed=5)
+        for n in (model.config.n_ctx, 2):
+            tokens = [int(t) for t in np.random.default_rng(n).integers(0, model.config.d_vocab, size=n)]
+            f = float_logits(model, np.asarray([tokens]))[0]
+            enc = last_logits(B, model, tokens)
+            tol = 1e-11 * (1 + float(np.abs(f).max()))
+            for j, x in enumerate(enc):
+                assert float(B.lower(x)) - tol <= f[j] <= float(B.upper(x)) + tol, (name, j)
