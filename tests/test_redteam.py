@@ -496,3 +496,84 @@ def test_enclosures_at_lowest_cli_precision_contain_float_logits(tmp_path, backe
             tol = 1e-11 * (1 + float(np.abs(f).max()))
             for j, x in enumerate(enc):
                 assert float(B.lower(x)) - tol <= f[j] <= float(B.upper(x)) + tol, (name, j)
+
+
+# --------------------------------------------------------------------------------------------------------
+# subcubic building blocks against exact rational arithmetic
+
+from checker import maxofk_tables as mt
+
+
+def test_value_bounds_dominate_their_definitions():
+    """Every subcubic value table is an upper bound of the maximum it stands for (docstring of
+    value_bounds), checked by brute force on random integer bound tables (lo <= hi)."""
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        v, n = int(rng.integers(2, 6)), int(rng.integers(2, 5))
+
+        def pair(shape):
+            lo = rng.integers(-50, 50, size=shape)
+            return lo.astype(object), (lo + rng.integers(0, 6, size=shape)).astype(object)
+        T = {"n": n, "v": v}
+        T["EU_lo"], T["EU_hi"] = pair((v, v))
+        T["EV_lo"], T["EV_hi"] = pair((v, v))
+        T["PV_lo"], T["PV_hi"] = pair((n, v))
+        V = mt.value_bounds(T)
+        EU_lo, EU_hi, EV_lo, EV_hi, PV_lo, PV_hi = (T[k] for k in ("EU_lo", "EU_hi", "EV_lo", "EV_hi",
+                                                                     "PV_lo", "PV_hi"))
+        for m in range(v):
+            xs = [x for x in range(v) if x != m]
+            Pn = {x: max(PV_hi[i, x] - PV_lo[i, m] for i in range(n - 1)) for x in range(v)}
+            for q in range(v):
+                assert V["Tm"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] + EV_hi[m, x] - EV_lo[m, m] + Pn[x]
+                                            for x in xs)
+                F_hi, F_lo = EU_hi[q] + EV_hi[q] + PV_hi[n - 1], EU_lo[q] + EV_lo[q] + PV_lo[n - 1]
+                assert V["Tq"][q, m] >= max(F_hi[x] - F_lo[m] for x in xs)
+                assert V["EUp"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] for x in xs)
+            for j in range(v):
+                assert V["Rpre"][m, j] >= max(max(EV_hi[k, x] - EV_lo[k, m] for x in xs)
+                                              for k in range(j + 1)) + max(Pn[x] for x in xs)
+
+
+@pytest.mark.parametrize("variant", ["svd", "svd2", "exact-eqke"])
+def test_score_split_bounds_exact_eqke_differences(tmp_path, variant):
+    """What the subcubic rule uses from the score tables: for all q, k, k',
+    (ab_lo[q,k] - ab_hi[q,k'] - eps[q]) 2^-shift <= EQKE[q,k] - EQKE[q,k'] <= (ab_hi[q,k] - ab_lo[q,k']
+    + eps[q]) 2^-shift, with EQKE computed in exact rationals (attn_scale 2 makes it rational) and
+    arbitrary (even poor) hint vectors."""
+    if variant == "svd2" and not hasattr(mt, "rank2_scores"):
+        pytest.skip("this checker build has no rank-2 variant")
+    v, k = 5, 3
+    t, config = _maxofk_model(v, k, 21, 0.2, 10.0)
+    config["attn_scale"] = "2"
+    path = str(tmp_path / "m.safetensors")
+    save_model(path, t, config)
+    model = load_model(path)
+    B = make_backend("flint")
+    T = value_tables(B, model, True)
+    fr = {name: [[Fraction(float(x)) for x in np.atleast_1d(row)] for row in np.atleast_2d(a)]
+          for name, a in model.tensors.items() if a.ndim <= 2}
+    Wq = [[Fraction(float(x)) for x in row] for row in model.tensors["blocks.0.attn.W_Q"][0]]
+    Wk = [[Fraction(float(x)) for x in row] for row in model.tensors["blocks.0.attn.W_K"][0]]
+    bq = [Fraction(float(x)) for x in model.tensors["blocks.0.attn.b_Q"][0]]
+    E, P = fr["embed.W_E"], fr["pos_embed.W_pos"]
+    d = len(E[0])
+    X = [[E[a][i] + P[k - 1][i] for i in range(d)] for a in range(v)]
+    Q = [[sum(X[a][i] * Wq[i][h] for i in range(d)) + bq[h] for h in range(d)] for a in range(v)]
+    K = [[sum(E[a][i] * Wk[i][h] for i in range(d)) for h in range(d)] for a in range(v)]
+    EQKE = [[sum(Q[a][h] * K[b][h] for h in range(d)) / 2 for b in range(v)] for a in range(v)]
+    rng = random.Random(variant)
+    hint = lambda: [Fraction(rng.randint(-9, 9), 4) for _ in range(d)]
+    if variant == "svd":
+        S = mt.rank1_scores(B, T, hint(), hint())
+    elif variant == "svd2":
+        S = mt.rank2_scores(B, T, [hint(), hint()], [hint(), hint()])
+    else:
+        S = mt.exact_scores(T)
+    one = Fraction(1, 1 << S["shift"])
+    for q in range(v):
+        for a in range(v):
+            for b in range(v):
+                diff = EQKE[q][a] - EQKE[q][b]
+                assert (S["ab_lo"][q, a] - S["ab_hi"][q, b] - S["eps"][q]) * one <= diff
+                assert diff <= (S["ab_hi"][q, a] - S["ab_lo"][q, b] + S["eps"][q]) * one
