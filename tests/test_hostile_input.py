@@ -465,3 +465,23 @@ def test_fuzz_model_header(valid, data):
         except BadInput:
             pass
     assert time.perf_counter() - start < TIME_LIMIT
+
+
+def test_config_number_text_limits():
+    """Config numbers: 100 characters and |exponent| <= 100 are read; 101 characters or exponent 101
+    are refused before any big integer is built."""
+    at_length, past_length = "1." + "0" * 98, "1." + "0" * 99
+    assert len(at_length) == 100 and modelfile._exact_config_number(at_length, "eps") == 1
+    at_exp, past_exp = "0." + "0" * 89 + "1e100", "0." + "0" * 90 + "1e101"
+    assert modelfile._exact_config_number(at_exp, "eps") == 10 ** 10
+    for text in (past_length, past_exp):
+        with pytest.raises(BadInput):
+            modelfile._exact_config_number(text, "eps")
+
+
+def test_prec_limits(valid, capsys):
+    """--prec 30 and 4096 are accepted (at 30 bits the enclosures are too wide for this certificate's
+    tight margin, so it is REJECTED, soundly); 29 and 4097 are exit 2."""
+    for prec, expected in (("30", 1), ("4096", 0), ("29", 2), ("4097", 2)):
+        code, line = run(capsys, valid["cert_path"], valid["model_path"], "--prec", prec)
+        assert code == expected, (prec, line)
