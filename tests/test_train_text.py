@@ -158,3 +158,10 @@ def test_shipped_small_model():
         logp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
         losses += list(-logp[np.arange(len(ids) - 1), ids[1:]])
     assert np.mean(losses) < math.log(c.d_vocab) - 2.0, np.mean(losses)
+
+
+def test_shipped_vocabulary_is_what_the_documented_command_learns():
+    train, _ = text_data.split("lee+enwiki")
+    learned = text_data.learn_wordpiece_vocab([t for _, t in train], 3072)
+    shipped = (CERTIFICATES / "models" / "text_small.vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert learned == shipped
