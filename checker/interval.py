@@ -58,12 +58,12 @@ class IMat:
         """Apply a scalar interval function to every entry."""
         return self.backend.matrix([[fn(x) for x in row] for row in self.rows()])
 
-    def col_bounds(self, groups: int = 1):
+    def col_bounds(self, groups: int | None = None):
         """(lo, hi): per column, an exact Fraction <= every entry and one >= every entry.
 
-        With groups = g > 1 the rows are cut into g equal consecutive blocks and a list of g such
+        With groups = g the rows are cut into g equal consecutive blocks and a list of g such
         (lo, hi) pairs is returned, one per block."""
-        if groups == 1:
+        if groups is None:
             return self.backend._col_bounds(self, 1)[0]
         if self.shape[0] % groups:
             raise ValueError(f"{self.shape[0]} rows do not split into {groups} groups")

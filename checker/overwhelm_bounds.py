@@ -24,6 +24,7 @@ extremes over the allowed tokens, paper Algorithms 4/5) and, for permutations, b
 of Algorithm 3 through a dual solution checked in exact rationals (weak duality).
 """
 
+import math
 from fractions import Fraction
 
 from .errors import BadInput, Rejected
@@ -187,15 +188,22 @@ def betas(B, hd: HeadData, amin: Fraction, amax: Fraction):
 
 
 def deviation(B, model, heads: list, beta: list):
-    """Upper bound W on max_j |logit_j(X) - logit_j(X')| over the designed set; also per-head maxima."""
-    total = [Fraction(0)] * model.config.d_vocab
+    """Upper bound W on max_j |logit_j(X) - logit_j(X')| over the designed set; also per-head maxima.
+
+    Exact integer arithmetic: every value bound is written over one common denominator L (a power of
+    two, as all interval endpoints are binary), so the d_vocab x n_heads widths are integer operations;
+    W = max_j sum_h width_hj / (L * beta denominator)."""
+    values = [x for hd in heads for x in hd.value_lo + hd.value_hi]
+    L = math.lcm(*{x.denominator for x in values})
+    betas_den = math.lcm(*{b.denominator for pair in beta for b in pair})
+    total = [0] * model.config.d_vocab
     per_head = []
     for hd, (bmin, bmax) in zip(heads, beta):
+        b0, b1 = bmin.numerator * (betas_den // bmin.denominator), bmax.numerator * (betas_den // bmax.denominator)
         widths = []
         for lo, hi in zip(hd.value_lo, hd.value_hi):
-            top = bmax * hi if hi >= 0 else bmin * hi
-            bottom = bmax * lo if lo <= 0 else bmin * lo
-            widths.append(top - bottom)
+            lo, hi = lo.numerator * (L // lo.denominator), hi.numerator * (L // hi.denominator)
+            widths.append((b1 * hi if hi >= 0 else b0 * hi) - (b1 * lo if lo <= 0 else b0 * lo))
         total = [a + b for a, b in zip(total, widths)]
-        per_head.append(max(widths))
-    return max(total), per_head
+        per_head.append(Fraction(max(widths), L * betas_den))
+    return Fraction(max(total), L * betas_den), per_head

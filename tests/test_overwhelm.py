@@ -306,3 +306,20 @@ def test_demo_section(tmp_path):
     assert demo_section(None, str(tmp_path), "flint")
     ob, _ = verify_files(str(tmp_path / "overwhelm.json"), str(MODEL), "mpmath")
     assert math.isfinite(sum(s for _, s in ob.done))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_col_bounds_groups(backend):
+    """IMat.col_bounds(groups) equals col_bounds of each row block, and encloses every entry."""
+    B = make_backend(backend)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(6, 5))
+    M = B.array(a).scale(B.num(1) / 3)
+    blocks = M.col_bounds(3)
+    assert len(blocks) == 3 and len(M.col_bounds(1)) == 1
+    for g, (lo, hi) in enumerate(blocks):
+        ref = B.array(a[2 * g:2 * g + 2]).scale(B.num(1) / 3).col_bounds()
+        assert (lo, hi) == ref
+        for j in range(5):
+            exact = [Fraction(x) / 3 for x in a[2 * g:2 * g + 2, j]]
+            assert lo[j] <= min(exact) and max(exact) <= hi[j]
