@@ -233,3 +233,44 @@ def exact_scores(T) -> dict:
     """The exact-EQKE variant in the same shape as `rank1_scores` (eps = 0, scale 2^SHIFT)."""
     return {"ab_lo": T["EQKE_lo"], "ab_hi": T["EQKE_hi"], "eps": np.zeros(T["v"], dtype=object),
             "shift": SHIFT}
+
+
+def rank2_scores(B, T, X: list, Y: list) -> dict:
+    """Rank-2 analogue of `rank1_scores`: X = [x1, x2], Y = [y1, y2] hint vectors in d_head space.
+
+    With G = Y^T X (2 x 2; rejected when det G may be 0) and Y' = Y G^-T, Y'^T X = I exactly, so
+    Pr = X Y'^T is a projection and EQKE = a b^T + A B'^T / s with a = Q X / s, b = K Y' (v x 2),
+    A = Q - (Q X) Y'^T, B' = K - (K Y') X^T. Returns the same fields as `rank1_scores`: bounds of
+    a_q . b_k at 2^(2 SHIFT) (sum of the two rank-1 terms' corner bounds) and the max-row-diff eps.
+    O(d_vocab d_head) interval work plus O(d_vocab^2) integer work for the a . b table.
+    """
+    I = T["intervals"]
+    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
+    dh = len(X[0])
+    xs = B.matrix([[B.num(X[0][d]), B.num(X[1][d])] for d in range(dh)])
+    ys = B.matrix([[B.num(Y[0][d]), B.num(Y[1][d])] for d in range(dh)])
+    (g11, g12), (g21, g22) = (ys.T @ xs).rows()
+    det = g11 * g22 - g12 * g21
+    if B.lower(det) <= 0 <= B.upper(det):
+        raise Rejected("rank-2 hint", "det(Y^T X) may be 0: the hint vectors do not define a projection")
+    ginv_t = B.matrix([[g22 / det, -g21 / det], [-g12 / det, g11 / det]])     # (G^-1)^T
+    yp = ys @ ginv_t
+    Qx, Ky = Q @ xs, K @ yp
+    A = Q - Qx @ yp.T
+    Bp = K - Ky @ xs.T
+    A_lo, A_hi = bounds(B, A)
+    B_lo, B_hi = bounds(B, Bp)
+    absA = np.maximum(-A_lo, A_hi)
+    spread = B_hi.max(axis=0) - B_lo.min(axis=0)
+    inv_hi = to_ints(B.upper(inv), True)
+    eps = [-((-sum(absA[q] * spread) * inv_hi) >> SHIFT) for q in range(Q.shape[0])]
+    a_lo, a_hi = bounds(B, Qx.scale(inv))
+    b_lo, b_hi = bounds(B, Ky)
+    lo = hi = 0
+    for r in range(2):
+        corners = [np.multiply.outer(a, b) for a in (a_lo[:, r], a_hi[:, r]) for b in (b_lo[:, r], b_hi[:, r])]
+        lo_r, hi_r = corners[0], corners[0]
+        for c in corners[1:]:
+            lo_r, hi_r = np.minimum(lo_r, c), np.maximum(hi_r, c)
+        lo, hi = lo + lo_r, hi + hi_r
+    return {"ab_lo": lo, "ab_hi": hi, "eps": np.array(eps, dtype=object), "shift": 2 * SHIFT}

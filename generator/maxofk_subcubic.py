@@ -13,7 +13,8 @@ tables; no d_vocab^3 enumeration. Per case, with everything divided by the max t
     r    =  e_q / alpha = exp(EQKE[q,q] - EQKE[q,m]) pw[q,n-1]
 
 Variants for EQKE: "svd" (rank-1 factors from the SVD plus a max-row-diff bound on the remainder, no
-d_vocab^2 x d_model product) and "exact-eqke" (EQKE multiplied out).
+d_vocab^2 x d_model product), "svd2" (the same with the top two singular pairs) and "exact-eqke" (EQKE
+multiplied out).
 """
 
 import math
@@ -22,7 +23,7 @@ import numpy as np
 
 from .accuracy import SLACK, TINY, position_sums
 
-VARIANTS = ("svd", "exact-eqke")
+VARIANTS = ("svd", "svd2", "exact-eqke")
 
 
 def top2_excl(M):
@@ -54,16 +55,40 @@ def svd_factors(model, T):
     return Q, K, K.T @ vk, Q.T @ u / sigma
 
 
+def svd2_factors(model):
+    """Rank-2 hints: X = [x1, x2], Y = [y1, y2] with Q x_i = sigma_i u_i, K y_i = sigma_i v_i for the top
+    two singular pairs of Q K^T, from thin QR factors (O(d_vocab d_head^2); EQKE is never formed)."""
+    c = model.config
+    t = {k: np.asarray(v, dtype=np.float64) for k, v in model.tensors.items()}
+    E, P = t["embed.W_E"], t["pos_embed.W_pos"]
+    p = "blocks.0.attn."
+    Q = (E + P[c.n_ctx - 1]) @ t[p + "W_Q"][0] + t[p + "b_Q"][0]
+    K = E @ t[p + "W_K"][0]
+    UQ, RQ = np.linalg.qr(Q)
+    UK, RK = np.linalg.qr(K)
+    W, sig, Zt = np.linalg.svd(RQ @ RK.T)
+    U, V = UQ @ W[:, :2], UK @ Zt[:2].T                     # top-2 left / right singular vectors of Q K^T
+    X, Y = K.T @ V, Q.T @ U                                 # Y^T X = diag(sigma_1, sigma_2)
+    if sig[1] <= 1e-6 * sig[0]:
+        # numerically rank 1 (Y^T X near-singular): any second pair with Y^T X invertible is valid;
+        # take x2 = y2 orthogonal to x1 and y1, so Y^T X = diag(y1.x1, |x2|^2)
+        basis = np.linalg.qr(np.column_stack([X[:, 0], Y[:, 0], np.eye(len(X))]))[0]
+        X[:, 1] = Y[:, 1] = basis[:, 2]
+    return Q, K, X, Y
+
+
 def score_bounds(model, T, variant):
-    """(gap_lo[q, m, j], diff_lo[q, m], diff_hi[q, m], info): gap_lo <= (EQKE[q,m] - max_{k<=j} EQKE[q,k])
-    and diff bounds of EQKE[q,q] - EQKE[q,m] (all divided by the attention scale)."""
+    """((ab, pre, eps), diff_lo[q, m], diff_hi[q, m], info): gap_lo[q, m, j] = ab[q, m] - pre[q, j] - eps[q]
+    <= EQKE[q,m] - max_{k<=j} EQKE[q,k] (formed per (q, m) by the caller: no d_vocab^3 array), and
+    bounds of EQKE[q,q] - EQKE[q,m] (all divided by the attention scale)."""
     v = T["v"]
     if variant == "exact-eqke":
         EQKE = T["EQKE"]
         pre = np.maximum.accumulate(EQKE, axis=1)                  # (q, j)
-        gap = EQKE[:, :, None] - pre[:, None, :]
         diff = np.diag(EQKE)[:, None] - EQKE
-        return gap, diff, diff, {}
+        return (EQKE, pre, np.zeros(v)), diff, diff, {}
+    if variant == "svd2":
+        return svd2_score_bounds(model)
     Q, K, x, y = svd_factors(model, T)
     s = math.sqrt(model.config.d_head) if model.config.attn_scale is None else float(model.config.attn_scale)
     y = y / (y @ x)
@@ -74,13 +99,28 @@ def score_bounds(model, T, variant):
     ab = a[:, None] * b[None, :]
     pre = np.where(a[:, None] >= 0, a[:, None] * np.maximum.accumulate(b)[None, :],
                    a[:, None] * np.minimum.accumulate(b)[None, :])
-    gap = ab[:, :, None] - pre[:, None, :] - eps[:, None, None]
     diff = np.diag(ab)[:, None] - ab
-    return gap, diff - eps[:, None], diff + eps[:, None], {"x": x, "y": y}
+    return (ab, pre, eps), diff - eps[:, None], diff + eps[:, None], {"x": x, "y": y}
+
+
+def svd2_score_bounds(model):
+    """`score_bounds` for the rank-2 variant: EQKE = a b^T + A B'^T / s with Y' = Y (Y^T X)^-T."""
+    Q, K, X, Y = svd2_factors(model)
+    c = model.config
+    s = math.sqrt(c.d_head) if c.attn_scale is None else float(c.attn_scale)
+    Yp = Y @ np.linalg.inv(Y.T @ X).T
+    a, b = Q @ X / s, K @ Yp
+    A = Q - (Q @ X) @ Yp.T
+    Bp = K - (K @ Yp) @ X.T
+    eps = np.abs(A) @ (Bp.max(axis=0) - Bp.min(axis=0)) / s
+    ab = a @ b.T
+    pre = np.maximum.accumulate(ab, axis=1)
+    diff = np.diag(ab)[:, None] - ab
+    return (ab, pre, eps), diff - eps[:, None], diff + eps[:, None], {"x": X.T, "y": Y.T}
 
 
 def value_bounds(T):
-    """Tm[q, m], Tq[q, m], Smax[q, m, j] (float), as in the module docstring."""
+    """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j]."""
     n, v = T["n"], T["v"]
     EU, EV, PV = T["EU"], T["EV"], T["PV"]
     Pn = (PV[: n - 1, None, :] - PV[: n - 1, :, None]).max(axis=0)     # (m, x)
@@ -94,7 +134,7 @@ def value_bounds(T):
     EUp = top2_excl(EU) - EU                                            # (q, m)
     R = (top2_excl(EV) - EV).T + np.diag(top2_excl(Pn))[:, None]        # (m, k)
     Rpre = np.maximum.accumulate(R, axis=1)                             # (m, j)
-    return Tm, Tq, EUp[:, :, None] + Rpre[None, :, :]
+    return Tm, Tq, EUp, Rpre
 
 
 def subcubic_evidence(model, T, name=None):
@@ -106,11 +146,10 @@ def subcubic_evidence(model, T, name=None):
     n, v = T["n"], T["v"]
     _, pw, _ = attention_weights(T)
     lo, hi, P = position_sums(pw, n)
-    gap, dlo, dhi, hint = score_bounds(model, T, variant)
-    Tm, Tq, Smax = value_bounds(T)
+    (ab, pre, eps), dlo, dhi, hint = score_bounds(model, T, variant)
+    Tm, Tq, EUp, Rpre = value_bounds(T)
     r_up = np.where(Tq >= 0, np.exp(dhi), np.exp(dlo)) * pw[:, n - 1][:, None]
     np.fill_diagonal(r_up, pw[:, n - 1])
-    rho = np.exp(-gap)                                                  # (q, m, j)
     cases, count = [], 0
     for m in range(v):
         for q in range(m + 1):
@@ -123,31 +162,41 @@ def subcubic_evidence(model, T, name=None):
                         count += 1
                     continue
                 r = n - 1 - c
-                S = np.maximum(Smax[q, m, :m], 0)
+                rho = np.exp(-(ab[q, m] - pre[q, :m] - eps[q]))   # exp(-gap[q, m, j]), j < m
+                S = np.maximum(EUp[q, m] + Rpre[m, :m], 0)         # Smax[q, m, j]
                 ok = np.ones(m, dtype=bool)
                 for u in (lo[q, r], hi[q, r]):
                     A = u * Tm[q, m]
-                    Bt = rho[q, m, :m] * (P[q] - u) * S
+                    Bt = rho * (P[q] - u) * S
                     ok &= A + Bt + D < -SLACK * (abs(A) + np.abs(Bt) + abs(D)) - TINY
                 j = int(np.argmin(ok)) - 1 if not ok.all() else m - 1    # largest prefix of good cutoffs
                 if j >= 0:
                     cases.append([m, q, c, j])
                     count += math.comb(n - 1, c) * (j + 1) ** c
     evidence = {"strategy": "subcubic", "variant": variant, "cases": cases}
-    if variant == "svd":
+    if variant in ("svd", "svd2"):
         from . import certio
-        evidence["x"] = [certio.num(float(a)) for a in hint["x"]]
-        evidence["y"] = [certio.num(float(a)) for a in hint["y"]]
+        for key in ("x", "y"):
+            vec = np.asarray(hint[key])
+            evidence[key] = [certio.num(float(a)) for a in vec] if vec.ndim == 1 else \
+                [[certio.num(float(a)) for a in row] for row in vec]
     d, dh = model.config.d_model, model.config.d_head
-    eqke = "d_vocab * d_model * d_head" if variant == "svd" else "d_vocab^2 * d_head"
+    eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + 2 d_vocab^2",
+            "exact-eqke": "d_vocab^2 * d_head"}[variant]
     info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke})", "variant": variant,
             "flops": subcubic_flops(v, n, d, dh, variant),
-            "checker_flops": subcubic_flops(v, n, d, dh, variant) - (1600 * v * dh if variant == "svd" else 0)}
+            "checker_flops": subcubic_flops(v, n, d, dh, variant) - {"svd": 1600 * v * dh, "exact-eqke": 0,
+                                                                     "svd2": 8 * v * dh * dh + 22 * dh ** 3}[variant]}
     return evidence, count, info
 
 
 def subcubic_flops(v, n, d, dh, variant) -> int:
     """Counted FLOPs: EU, EV, PV tables (2 v^2 d + ...), EQKE part, O(v^2 n) derived tables, O(v^2 n) cases."""
     tables = 2 * (v * d * v + v * d * dh + dh * d * v + d * dh * v + v * d * v + n * d * v + v * d * dh)
-    eqke = 2 * (v * d * dh * 2 + 4 * v * dh + 200 * 4 * v * dh) if variant == "svd" else 2 * v * v * dh
+    if variant == "svd":
+        eqke = 2 * (v * d * dh * 2 + 4 * v * dh + 200 * 4 * v * dh)
+    elif variant == "svd2":      # factors, 2 QR + a d_head^3 SVD (generator), A / B' products, the a.b table
+        eqke = 2 * (v * d * dh * 2 + 8 * v * dh) + 4 * v * v + (2 * 4 * v * dh * dh + 22 * dh ** 3)
+    else:
+        eqke = 2 * v * v * dh
     return tables + eqke + 12 * v * v * n + v * v * n * 12

@@ -20,7 +20,7 @@ from generator.accuracy import make_certificate
 from generator.forward import logits
 from generator.modelio import save_model
 
-STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:exact-eqke")
+STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:exact-eqke")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -255,7 +255,7 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
     tmp, path, certs = tiny
     wrong = wrong_inputs(load_model(path))
     assert wrong
-    for strategy in ("subcubic:svd", "subcubic:exact-eqke"):
+    for strategy in ("subcubic:svd", "subcubic:svd2", "subcubic:exact-eqke"):
         for m, q, c, j in wrong:
             def edit(cert):
                 cases = cert["evidence"]["cases"]
@@ -342,8 +342,9 @@ def test_importance_sampled_estimate_is_close_to_exact(tmp_path):
     assert "not a certificate" in r["note"]
 
 
-def test_svd_variant_never_forms_eqke(tiny, monkeypatch):
-    """The rank-1 subcubic check must not multiply EQKE out (that is the exact-eqke variant's cost)."""
+@pytest.mark.parametrize("strategy", ["subcubic:svd", "subcubic:svd2"])
+def test_svd_variant_never_forms_eqke(tiny, monkeypatch, strategy):
+    """The rank-1 / rank-2 subcubic checks must not multiply EQKE out (that is the exact-eqke variant's cost)."""
     import checker.maxofk_tables as tables
     tmp, path, certs = tiny
     real = tables.interval_tables
@@ -353,5 +354,34 @@ def test_svd_variant_never_forms_eqke(tiny, monkeypatch):
         seen.append(eqke)
         return real(B, model, eqke)
     monkeypatch.setattr(tables, "interval_tables", spy)
-    verify_files(certs["subcubic:svd"], path, "flint")
+    verify_files(certs[strategy], path, "flint")
     assert seen == [False]
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_rank2_hint_without_projection_is_rejected(tiny, backend):
+    """x2 = x1 and y2 = y1 make det(Y^T X) = 0: the rank-2 split is undefined and must be refused."""
+    tmp, path, certs = tiny
+
+    def edit(cert):
+        for key in ("x", "y"):
+            cert["evidence"][key][1] = list(cert["evidence"][key][0])
+    with pytest.raises(Rejected, match="rank-2 hint"):
+        verify_files(mutated(tmp, certs["subcubic:svd2"], edit), path, backend)
+
+
+@pytest.mark.parametrize("edit", [lambda c: c["evidence"]["x"].pop(), lambda c: c["evidence"]["y"][1].pop(),
+                                  lambda c: c["evidence"].update(x=c["evidence"]["x"][0])])
+def test_rank2_hint_of_wrong_shape_is_bad_input(tiny, edit):
+    tmp, path, certs = tiny
+    with pytest.raises(BadInput, match="two lists of d_head"):
+        verify_files(mutated(tmp, certs["subcubic:svd2"], edit), path, "flint")
+
+
+def test_rank2_is_at_least_rank1_on_trained_model(tmp_path):
+    """On a briefly trained model the rank-2 split certifies at least as much as the rank-1 split
+    (both verified; a regression guard for the hint construction, not a theorem)."""
+    path = write_model(tmp_path, *trained(8, 2, 1), name="t.safetensors")
+    n1, _ = certify(path, "subcubic:svd", tmp_path)
+    n2, _ = certify(path, "subcubic:svd2", tmp_path)
+    assert n2 >= n1 > 0

@@ -5,8 +5,8 @@ claim    {"task": "max-of-k", "d_vocab": v, "n_ctx": K, "inputs": v^K, "correct_
          larger than every other logit (exact real arithmetic on the stored weights; a tie is wrong).
 evidence {"strategy": "brute"}                                   every input is re-decided
          {"strategy": "cubic", "cases": [[m, q, c, hexmask], ...]}  pure-sequence cases claimed correct
-         {"strategy": "subcubic", "variant": "svd" | "exact-eqke", "cases": [[m, q, c, cutoff], ...],
-          "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head space)}
+         {"strategy": "subcubic", "variant": "svd" | "svd2" | "exact-eqke", "cases": [[m, q, c, cutoff], ...],
+          "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head space; svd2: two of each)}
 
 All strategies start from `maxofk_tables.value_tables` (interval matrix products, then exact integer
 bounds); the decisions are exact integer comparisons. docs/accuracy.md states each argument.
@@ -22,7 +22,7 @@ from ..envelope import fields
 from ..errors import BadInput
 from ..exact import parse_int, parse_number
 from ..maxofk_tables import (centred_upper, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
-                             require_maxofk, value_bounds, value_tables)
+                             rank2_scores, require_maxofk, value_bounds, value_tables)
 from ..verify import show
 
 MAX_BRUTE_INPUTS = 1 << 26
@@ -230,11 +230,14 @@ def parse_subcubic(evidence, cfg):
                 raise BadInput(f"evidence.{key}: must be a list of d_head = {cfg.d_head} numbers")
             vecs.append([parse_number(t, f"evidence.{key}[{i}]") for i, t in enumerate(vec)])
         x, y = vecs
+    elif variant == "svd2":
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        x, y = (parse_pair(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))
     elif variant == "exact-eqke":
         fields(evidence, "evidence", {"strategy", "variant", "cases"})
         x = y = None
     else:
-        raise BadInput("evidence.variant: must be \"svd\" or \"exact-eqke\"")
+        raise BadInput("evidence.variant: must be \"svd\", \"svd2\" or \"exact-eqke\"")
     cases = evidence["cases"]
     if not isinstance(cases, list) or len(cases) > v * v * n:
         raise BadInput(f"evidence.cases: must be a list of at most {v * v * n} cases")
@@ -251,6 +254,14 @@ def parse_subcubic(evidence, cfg):
             raise BadInput(f"{where}: case (m={m}, q={q}, c={c}) is listed twice")
         out[(m, q, c)] = j
     return variant, x, y, out
+
+
+def parse_pair(obj, where: str, d_head: int) -> list:
+    """Two hint vectors of d_head exact numbers each (the rank-2 variant's x or y)."""
+    if not isinstance(obj, list) or len(obj) != 2 or \
+            any(not isinstance(vec, list) or len(vec) != d_head for vec in obj):
+        raise BadInput(f"{where}: must be a list of two lists of d_head = {d_head} numbers")
+    return [[parse_number(t, f"{where}[{r}][{i}]") for i, t in enumerate(vec)] for r, vec in enumerate(obj)]
 
 
 def exp_bound(B, x: Fraction, up: bool) -> Fraction:
@@ -272,7 +283,8 @@ def subcubic_check(B, model, T, evidence, ob):
     with ob.step("subcubic value tables (mean+diff, top-2 per row)"):
         V = value_bounds(T)
     with ob.step(f"attention scores ({variant})"):
-        S = rank1_scores(B, T, x, y) if variant == "svd" else exact_scores(T)
+        S = rank1_scores(B, T, x, y) if variant == "svd" else \
+            rank2_scores(B, T, x, y) if variant == "svd2" else exact_scores(T)
     one, scale = Fraction(1, 1 << S["shift"]), S["shift"]
     pre_hi = prefix_max(S["ab_hi"])
     count = 0
