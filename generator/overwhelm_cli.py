@@ -16,12 +16,12 @@ SHIPPED_CERT = os.path.join(SHIPPED, "perm_lp.json")
 
 
 def _tokenizer_ids(model, text, what):
-    """Token ids of `text` with the tokenizer the model file names (transformers), or BadInput."""
-    name = model.config.tokenizer
-    if not name:
-        raise BadInput(f"{what}: the model file names no tokenizer; pass token ids")
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(name).encode(text)
+    """Token ids of `text` with the tokenizer the model file names (generator.text_data), or BadInput."""
+    from .text_data import encode, model_tokenizer
+    ids = encode(model_tokenizer(model.path, model.config.tokenizer), text)
+    if not ids:
+        raise BadInput(f"{what}: {text[:40]!r} encodes to no tokens")
+    return ids
 
 
 def cmd_overwhelm(args) -> int:

@@ -323,3 +323,16 @@ def test_col_bounds_groups(backend):
         for j in range(5):
             exact = [Fraction(x) / 3 for x in a[2 * g:2 * g + 2, j]]
             assert lo[j] <= min(exact) and max(exact) <= hi[j]
+
+
+def test_cli_text_options(capsys, tmp_path):
+    """--prefix-text/--query-text/--free perm-text: go through the tokenizer the model file names."""
+    from generator.text_data import encode, model_tokenizer
+    path = str(CERTIFICATES / "models" / "text_small.safetensors")
+    tok = model_tokenizer(path, load_model(path).config.tokenizer)
+    prefix, free = "the president said on monday that the", "new york city"
+    code = tcert(["overwhelm", "--model", path, "--prefix-text", prefix, "--query-text", "the",
+                  "--free", "perm-text:" + free, "--out", str(tmp_path / "t.json"), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code in (0, 3) and (code == 0) == (tmp_path / "t.json").exists()
+    assert report["n_fix"] == len(encode(tok, prefix)) and report["n_free"] == len(encode(tok, free))
