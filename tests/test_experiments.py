@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from checker.cli import verify_files
 from checker.modelfile import load_model
 from conftest import CERTIFICATES
 from generator import text_data
@@ -45,7 +44,7 @@ def test_sweep_certifies_resumes_and_writes_results(tmp_path):
     cell = by_id["blotches-whatisit-s0-n1500-lp"]
     assert cell["verdict"] == "Overwhelmed" and cell["W"] < cell["ptp"] / 2
     assert by_id["blotches-whatisit-s0-n1500-naive"]["verdict"] == "Inconclusive"
-    ob, cert = verify_files(cell["certificate"], str(SMALL), "flint")
+    cert = json.loads(open(cell["certificate"]).read())
     assert cert["claim"]["free"]["tokens"] == text_data.encode(text_data.model_tokenizer(str(SMALL), "text_small.vocab.txt"),
                                                                "The blotches ran well down the sides of his face")
     gen = [json.loads(line) for line in (out / "generation.jsonl").read_text().splitlines()]
@@ -53,8 +52,17 @@ def test_sweep_certifies_resumes_and_writes_results(tmp_path):
     for name in ("points.csv", "fig2_deviation.png", "fig3_ptp.png", "fig4_generation.png"):
         assert (out / name).stat().st_size > 100
     assert len((out / "points.csv").read_text().splitlines()) == 1 + len(rows) + len(gen)
-    # Resume: a rerun finds every cell done and computes nothing new.
+    # Resume: a rerun finds every cell done and computes nothing new; --check-limit 1 then checks the
+    # certified cell with the largest n_fix with the checker.
+    assert cell["checked"] is None
+    assert main(argv + ["--check-limit", "1"]) == 0
+    lines = (out / "cells.jsonl").read_text().splitlines()
+    assert len(lines) == len(rows) + 1
+    last = json.loads(lines[-1])
+    assert last["n_fix"] == 1500 and last["verdict"] == "Overwhelmed" and last["checked"] == "VERIFIED"
+    assert last["check_seconds"] > 0
+    assert "VERIFIED" in (out / "points.csv").read_text()
     before = (out / "cells.jsonl").read_text()
-    assert main(argv) == 0
+    assert main(argv) == 0  # every cell done: nothing is computed or checked again
     assert (out / "cells.jsonl").read_text() == before
     assert len((out / "generation.jsonl").read_text().splitlines()) == 2
