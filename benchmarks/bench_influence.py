@@ -95,7 +95,7 @@ def plot(rows, out):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("input length n")
-    ax.set_ylabel("certified C r(n) / worst found ||y - y'||")
+    ax.set_ylabel("certified min(C r(n), C_abs) / worst found ||y - y'||")
     ax.set_title("Influence bound slack (solid: causal, dashed: bidirectional)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

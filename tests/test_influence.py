@@ -368,3 +368,39 @@ def test_cap_factor_and_rate():
             assert exact <= cap <= exact * (1 + Fraction(1, 10 ** 12))
             assert cap_factor(B, n_max, k, False) == n_max
     assert rate("harmonic", 4, 3) == harmonic(4) ** 2 / 4 and rate("inverse", 4, 3) == Fraction(1, 4)
+
+
+def uniform_two_layer(tmp_path, attention, n_ctx=64):
+    """2 layers, attention-only, zero Q/K (uniform attention), identity OV: the harmonic sum in action."""
+    t, cfg = toy_model(2, 2, 4, 1, 4, None, n_ctx, attention, ln=False, attn_only=True, scale=0.0)
+    t["embed.W_E"] = np.array([[1.0, 0, 0, 0], [-1.0, 0, 0, 0]])
+    t["unembed.W_U"] = np.eye(4)[:, :2].copy()
+    for i in range(2):
+        t[f"blocks.{i}.attn.W_V"] = np.eye(4)[None]
+        t[f"blocks.{i}.attn.W_O"] = np.eye(4)[None]
+    path = str(tmp_path / f"uniform_{attention}.safetensors")
+    save_model(path, t, cfg)
+    return path, load_model(path)
+
+
+@pytest.mark.parametrize("attention", ["causal", "bidirectional"])
+def test_causal_needs_the_harmonic_factor(tmp_path, attention):
+    """Changing the first token of a 2-layer causal model with uniform attention moves the last position by
+    ~2 H_n / n: n * influence grows without bound, so no C/n bound exists (the source proof's gap); the
+    bidirectional twin stays at exactly 6/n. Both stay within their certified bounds."""
+    path, model = uniform_two_layer(tmp_path, attention)
+    cert = influence_certificate(model)
+    verify_files(write(tmp_path, cert, "u.json"), path)
+    scaled = []
+    for n in (4, 16, 64):
+        x = np.zeros((2, n), dtype=np.int64)
+        x[1, 0] = 1
+        y = residuals(model, x)[-1][:, -1]
+        dy = float(np.linalg.norm(y[0] - y[1]))
+        assert dy <= float(certified(cert, n, 2)[0])
+        scaled.append(n * dy)
+    if attention == "causal":
+        assert scaled[0] < scaled[1] - 2 < scaled[2] - 4        # grows like 2 ln n
+        assert cert["claim"]["rate"] == "harmonic"
+    else:
+        assert max(scaled) - min(scaled) < 1e-9 and abs(scaled[0] - 6) < 1e-9
