@@ -34,6 +34,8 @@ CONFIGS = {
     "L3-bidir": dict(n_layers=3, attention="bidirectional", parallel=True, act_fn="gelu"),
     "L2-noLN-attnonly": dict(n_layers=2, ln=False, attn_only=True),
     "L2-rotary-gelu_new": dict(n_layers=2, rotary=True, act_fn="gelu_new", d_head=4),
+    "L2-causal-V6": dict(n_layers=2, attention="causal", d_vocab=6, n_ctx=3),
+    "L2-bidir-n6": dict(n_layers=2, attention="bidirectional", d_vocab=2, n_ctx=6),
 }
 
 
@@ -89,7 +91,8 @@ def rigorous_outputs(model, n, B):
     return out
 
 
-@pytest.mark.parametrize("name", ["L1-causal", "L2-causal", "L3-causal", "L1-bidir", "L2-bidir", "L3-bidir"])
+@pytest.mark.parametrize("name", ["L1-causal", "L2-causal", "L3-causal", "L1-bidir", "L2-bidir", "L3-bidir",
+                                  "L2-causal-V6", "L2-bidir-n6"])
 def test_exhaustive_soundness(tmp_path, name):
     """Every single non-final change at every n in range, evaluated rigorously (Arb, 100 bits):
     ||y - y'|| and ||p - p'||_1 stay within the certified C r(n), C' r(n)."""
