@@ -143,10 +143,7 @@ def cap_factor(B, n_max: int, k: int, causal: bool) -> Fraction:
     best, H = Fraction(0), B.num(0)
     for m in range(1, n_max + 1):
         H = H + B.num(1) / m
-        power = B.num(1)
-        for _ in range(k - 1):
-            power = power * H
-        best = max(best, B.upper(B.num(m) / power))
+        best = max(best, B.upper(B.exp(B.log(B.num(m)) - (k - 1) * B.log(H))))
     return best
 
 
