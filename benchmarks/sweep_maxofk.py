@@ -126,7 +126,7 @@ def summarise(results, strategies):
                 label += " = published" if PUBLISHED_EXACT[name.split("anchor_")[-1]] == base else " != published!"
         else:
             base = ref["estimate"] * ref["inputs"]
-            label = f"ESTIMATE (not a certificate) {ref['estimate']:.5f} +- {ref['stderr']:.5f}"
+            label = f"ESTIMATE (not a certificate) {ref['estimate']:.6f} +- {ref['stderr']:.6f}"
         cells = []
         for s in ["brute"] * ("true" in ref) + list(strategies):
             row = out.get(s)
@@ -149,7 +149,7 @@ def summarise(results, strategies):
     ests = [ref for _, _, ref in results if "estimate" in ref]
     if ests:
         m, sd = mean_sd([r["estimate"] for r in ests])
-        print(f"  {'ESTIMATE (no cert.)':22s} {len(ests):6d} {'':>20s} {'%.4f +- %.4f' % (m, sd):>18s} "
+        print(f"  {'ESTIMATE (no cert.)':22s} {len(ests):6d} {'':>20s} {'%.6f +- %.6f' % (m, sd):>18s} "
               f"{sum(r['est_s'] for r in ests) / len(ests):10.2f} {'-':>13s}")
 
 

@@ -181,7 +181,7 @@ def subcubic_evidence(model, T, name=None):
             evidence[key] = [certio.num(float(a)) for a in vec] if vec.ndim == 1 else \
                 [[certio.num(float(a)) for a in row] for row in vec]
     d, dh = model.config.d_model, model.config.d_head
-    eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + 2 d_vocab^2",
+    eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + d_vocab^2",
             "exact-eqke": "d_vocab^2 * d_head"}[variant]
     info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke})", "variant": variant,
             "flops": subcubic_flops(v, n, d, dh, variant),

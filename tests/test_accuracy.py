@@ -310,7 +310,7 @@ def shipped(name):
 
 
 @pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json", "maxof4_seed123_subcubic_svd.json",
-                                  "maxof4_seed123_subcubic_exact-eqke.json"])
+                                  "maxof4_seed123_subcubic_svd2.json", "maxof4_seed123_subcubic_exact-eqke.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
     ob, cert = verify_files(str(path), str(SHIPPED_MODEL), "flint")
