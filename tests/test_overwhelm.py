@@ -336,3 +336,18 @@ def test_cli_text_options(capsys, tmp_path):
     report = json.loads(capsys.readouterr().out)
     assert code in (0, 3) and (code == 0) == (tmp_path / "t.json").exists()
     assert report["n_fix"] == len(encode(tok, prefix)) and report["n_free"] == len(encode(tok, free))
+
+
+@pytest.mark.parametrize("seed,spec,method", [(6, ("perm", 3, [0, 3, 4]), "lp"), (14, ("any", 2, None), "naive")])
+def test_float_hints_verify_on_both_backends(seed, spec, method):
+    """The large-model path (float64 hints with 2^-30 slack, no rigorous work in the generator) yields
+    certificates both backends accept; the tight hints are never looser than the float ones."""
+    t, c = tiny_neox1l(seed, qk_scale=0.5)
+    m = model_of(t, c)
+    cert, rep = generate(m, [1] * 20, 2, spec, method, "auto", "float")
+    tight, rep_t = generate(m, [1] * 20, 2, spec, method, "auto", "tight")
+    assert cert is not None and rep["hints"] == "float" and rep_t["hints"] == "tight"
+    for b in BACKENDS:
+        run_check(m, cert, b)
+    assert rep_t["deviation"] <= rep["deviation"]
+    assert parse_number(tight["evidence"]["sample"]["margin"], "m") >= parse_number(cert["evidence"]["sample"]["margin"], "m")
