@@ -4,7 +4,7 @@ token of M(s + t + q) is k (the model is "overwhelmed" by s; arXiv 2024, Algorit
 claim    {"prefix": [int, ...], "query": int, "predicted": int,
           "free": {"kind": "any", "length": N}            every string of N tokens, or
                   {"kind": "perm", "tokens": [int, ...]}  every permutation of this multiset}
-evidence {"method": "naive" | "lp", "value_bound": "table" | "norm",
+evidence {"method": "naive" | "lp" ("tight": see checker/overwhelm_tight.py), "value_bound": "table" | "norm",
           "lp_duals": [{"min": {"u": [...], "v": [...]}, "max": {"u": [...], "v": [...]}} per head]
                       (method "lp" only; rows = multiset entries in claim order, columns = free positions),
           "deviation": number  claimed upper bound W on how far any logit moves over T,
@@ -24,6 +24,7 @@ from ..errors import BadInput, Rejected
 from ..exact import parse_int, parse_number
 from ..forward import Weights
 from ..verify import show
+from ..overwhelm_tight import check_tight
 from .prediction import check_claim, parse_claim as parse_prediction
 
 
@@ -107,6 +108,8 @@ def check(model, claim, evidence, B, ob):
     cfg = model.config
     ob_bounds.supported(cfg)
     prefix, query, k, kind, n_free, multiset = parse_claim(claim, cfg)
+    if isinstance(evidence, dict) and evidence.get("method") == "tight":   # checker/overwhelm_tight.py
+        return check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob)
     fields(evidence, "evidence", {"method", "value_bound", "deviation", "sample"}, {"lp_duals"})
     method, mode = evidence["method"], evidence["value_bound"]
     if method not in ("naive", "lp") or mode not in ("table", "norm"):

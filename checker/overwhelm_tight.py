@@ -1,0 +1,196 @@
+"""`overwhelm` evidence method "tight": competitor-wise bounds, exact per head (Dinkelbach).
+
+Same setting and notation as `checker.overwhelm_bounds` (read its docstring). For the claimed token k
+and a competitor j let d = W_U[:, j] - W_U[:, k]. Everything at the last position except the heads'
+free-token terms depends on q alone, so
+
+    logit_j - logit_k = F_j + sum_h R_hj(t),     R_hj(t) = sum_i b_hi(t_i) c_hj(t_i) / (alpha_fix_h + sum_i b_hi(t_i))
+
+with F_j = (E[q] + b_O + sum_h (b_V^h + u_h) W_O^h + MLP(LN(E[q]))) . d + b_U[j] - b_U[k] (the fixed
+part), b_hi(t) = exp(l_h(t at free position i) - l_q) > 0 and c_hj(t) = (x_t - u_h) W_O^h d (the
+value of t relative to the fixed positions' mean u_h; its numerator has no fixed term: A = 0).
+
+Exact per head (Dinkelbach): since the denominator is > 0, R_hj(t) <= lambda for every t in T iff
+    g(lambda) = -lambda alpha_fix + max_t sum_i b_hi(t_i) (c_hj(t_i) - lambda) <= 0.
+For `any` the max separates by position (max over tokens per column); for `perm` it is an assignment
+problem, bounded above by any dual (u, v) with u_r + v_c >= cost(r, c) (weak duality, checked in exact
+rationals against upper enclosures of the costs). The certificate gives lambda (and duals) per head
+for the competitors listed in `evidence.exact`; every other competitor must pass the cheap bound
+    F_j + sum_h top_h(max_t c_hj(t)),   top_h(x) = beta_max x if x >= 0 else beta_min x
+(beta from the naive free-mass bounds: R = beta * weighted mean of c with beta in [beta_min, beta_max]).
+Overwhelmed: every competitor's bound (cheap, or F_j + sum_h lambda_hj) is < 0. Heads share the free
+tokens, so summing per-head maxima is a (sound) relaxation.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+
+from . import overwhelm_bounds as ob_bounds
+from .envelope import fields
+from .errors import BadInput, Rejected
+from .exact import parse_int, parse_number
+from .forward import Weights, layer_norm, mlp
+from .verify import show
+
+
+def parse_exact(evidence, cfg, k: int, perm: bool, n_free: int) -> dict:
+    """evidence.exact -> {competitor j: (lambdas per head, duals per head or None)}."""
+    fields(evidence, "evidence", {"method", "exact"})
+    raw = evidence["exact"]
+    if not isinstance(raw, list):
+        raise BadInput("evidence.exact: must be a list of {competitor, lambdas[, duals]}")
+    out = {}
+    for n, e in enumerate(raw):
+        where = f"evidence.exact[{n}]"
+        fields(e, where, {"competitor", "lambdas"}, {"duals"})
+        j = parse_int(e["competitor"], where + ".competitor", 0, cfg.d_vocab - 1)
+        if j == k or j in out:
+            raise BadInput(f"{where}.competitor: {j} is the claimed token or listed twice")
+        lams = e["lambdas"]
+        if not isinstance(lams, list) or len(lams) != cfg.n_heads:
+            raise BadInput(f"{where}.lambdas: must list {cfg.n_heads} numbers (one per head)")
+        lams = [parse_number(x, f"{where}.lambdas[{h}]") for h, x in enumerate(lams)]
+        duals = None
+        if perm:
+            d = e.get("duals")
+            if not isinstance(d, list) or len(d) != cfg.n_heads:
+                raise BadInput(f"{where}.duals: a perm free set needs {cfg.n_heads} dual pairs (one per head)")
+            duals = []
+            for h, uv in enumerate(d):
+                fields(uv, f"{where}.duals[{h}]", {"u", "v"})
+                pair = []
+                for vec in ("u", "v"):
+                    xs = uv[vec]
+                    if not isinstance(xs, list) or len(xs) != n_free:
+                        raise BadInput(f"{where}.duals[{h}].{vec}: must list {n_free} exact numbers")
+                    pair.append([parse_number(x, f"{where}.duals[{h}].{vec}[{i}]") for i, x in enumerate(xs)])
+                duals.append(pair)
+        elif "duals" in e:
+            raise BadInput(f"{where}.duals: only for a perm free set")
+        out[j] = (lams, duals)
+    return out
+
+
+def diff_unembed(B, model, k: int, cols: list):
+    """The interval matrix W_U[:, cols] - W_U[:, k] (d_model x len(cols)), built with matrix operations."""
+    WU = model.tensors["unembed.W_U"]
+    outer = B.array(WU[:, [k]]) @ B.array(np.ones((1, len(cols)), dtype=np.float64))
+    return B.array(WU[:, cols]) - outer
+
+
+def fixed_part(B, model, W, heads, query: int, k: int, Wd) -> list:
+    """Upper bounds (Fractions) of F_j for the columns of Wd (the fixed part of logit_j - logit_k)."""
+    cfg = model.config
+    pre = "blocks.0.attn."
+    x = B.array(model.tensors["embed.W_E"][[query]]) + W.mat(pre + "b_O")
+    for h, hd in enumerate(heads):
+        uv = B.matrix([[a + b for a, b in zip(hd.u, W.vec(pre + "b_V", h))]])
+        x = x + uv @ W.mat(pre + "W_O", h)
+    if not cfg.attn_only:
+        ln2 = ("blocks.0.ln1" if cfg.shared_ln else "blocks.0.ln2") if cfg.has_ln else None
+        x = x + mlp(B, W, cfg, 0, layer_norm(B, B.array(model.tensors["embed.W_E"][[query]]), W, ln2, cfg.eps))
+    return (x @ Wd).rows()[0]
+
+
+def tables(B, model, W, heads, allowed: list, n_free: int):
+    """Per head: b[t][i] = exp(score of allowed token t at free position i - l_q) (intervals), and the
+    stacked rows (x_t - u_h) W_O^h for all heads and allowed tokens ((heads * allowed) x d_model)."""
+    cfg = model.config
+    pre, dh = "blocks.0.attn.", cfg.d_head
+    X = ob_bounds.ln_rows(B, model, W, allowed)
+    V = (X @ W.heads_concat(pre + "W_V")).rows()
+    b, P = [], None
+    for h, hd in enumerate(heads):
+        S = (X @ hd.qcols).rows()
+        b.append([[B.exp(s + c - hd.lq) for s, c in zip(row, hd.bias)] for row in S])
+        vals = B.matrix([[x - m for x, m in zip(row[h * dh:(h + 1) * dh], hd.u)] for row in V])
+        Ph = vals @ W.mat(pre + "W_O", h)
+        P = Ph if P is None else B.matrix(P.rows() + Ph.rows())
+    return b, P
+
+
+def beta_bounds(B, hd, b: list):
+    """(beta_min, beta_max) from the naive free-mass bounds (per-column extremes over allowed tokens)."""
+    cols = list(zip(*b))
+    amin = sum((min(B.lower(x) for x in col) for col in cols), Fraction(0))
+    amax = sum((max(B.upper(x) for x in col) for col in cols), Fraction(0))
+    return ob_bounds.betas(B, hd, max(amin, Fraction(0)), amax)
+
+
+def top(beta, x: Fraction) -> Fraction:
+    """Upper bound of beta' * x over beta' in [beta_min, beta_max] (beta_min >= 0)."""
+    return beta[1] * x if x >= 0 else beta[0] * x
+
+
+def dinkelbach(B, hd, b: list, c: list, lam: Fraction, rows, duals, name: str) -> None:
+    """The one-pass inequality -lam alpha_fix + max_t sum_i b_i(t_i) (c(t_i) - lam) <= 0, rigorously.
+
+    `c` are the enclosures of c_hj(t) per allowed token; `rows` (perm) the allowed-token index of each
+    multiset entry, with duals (u, v) bounding the assignment maximum; for `any` rows is None."""
+    L = B.num(lam)
+    cost = [[B.upper(e * (ct - L)) for e in brow] for brow, ct in zip(b, c)]
+    total = B.upper(-L * hd.alpha_fix)
+    if rows is None:
+        total += sum(max(col) for col in zip(*cost))
+    else:
+        u, v = duals
+        for r, t in enumerate(rows):
+            for i, x in enumerate(cost[t]):
+                if u[r] + v[i] < x:
+                    raise Rejected(f"{name}: dual feasibility",
+                                   f"u[{r}] + v[{i}] = {show(u[r] + v[i])} is below the cost bound {show(x)}")
+        total += sum(u) + sum(v)
+    if total > 0:
+        raise Rejected(f"{name}: Dinkelbach inequality",
+                       f"lambda {show(lam)} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
+
+
+def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> None:
+    """Verify a tight overwhelm certificate (claim already parsed by checker.kinds.overwhelm)."""
+    cfg = model.config
+    exact = parse_exact(evidence, cfg, k, multiset is not None, n_free)
+    allowed = list(range(cfg.d_vocab)) if multiset is None else sorted(set(multiset))
+    if len(allowed) * cfg.d_vocab * cfg.n_heads > ob_bounds.MAX_TABLE_ENTRIES:
+        raise BadInput(f"overwhelm tight: the value table would exceed {ob_bounds.MAX_TABLE_ENTRIES} entries")
+    W = Weights(B, model)
+    H, na = cfg.n_heads, len(allowed)
+    with ob.step("scores, fixed masses, value means"):
+        heads = ob_bounds.prepare(B, model, prefix, query, [], n_free, "table", (), W)
+        b, P = tables(B, model, W, heads, allowed, n_free)
+        beta = [beta_bounds(B, hd, bh) for hd, bh in zip(heads, b)]
+    with ob.step("fixed part F_j"):
+        Wd = diff_unembed(B, model, k, list(range(cfg.d_vocab)))
+        bU = W.vec("unembed.b_U")
+        fixed = [B.upper(x + bU[j] - bU[k]) for j, x in enumerate(fixed_part(B, model, W, heads, query, k, Wd))]
+    with ob.step("cheap bound (value extremes x beta)"):
+        C = P @ Wd
+        cheap = [fixed[j] for j in range(cfg.d_vocab)]
+        for h, (_, hi) in enumerate(C.col_bounds(H)):
+            cheap = [x + top(beta[h], y) for x, y in zip(cheap, hi)]
+        failing = [j for j in range(cfg.d_vocab) if j != k and j not in exact and cheap[j] >= 0]
+        if failing:
+            j = failing[0]
+            raise Rejected("overwhelm tight: cheap bound",
+                           f"competitor {j} is not listed for the exact bound and its cheap bound "
+                           f"{show(cheap[j])} is not < 0 ({len(failing)} such competitors)")
+    worst = max((cheap[j] for j in range(cfg.d_vocab) if j != k and j not in exact), default=None)
+    with ob.step(f"exact per-head bounds ({len(exact)} competitors)"):
+        sel = sorted(exact)
+        rows = None if multiset is None else [allowed.index(t) for t in multiset]
+        if sel:
+            Csel = (P @ diff_unembed(B, model, k, sel)).rows()
+            for n, j in enumerate(sel):
+                lams, duals = exact[j]
+                for h, hd in enumerate(heads):
+                    c = [Csel[h * na + t][n] for t in range(na)]
+                    dinkelbach(B, hd, b[h], c, lams[h], rows, duals and duals[h],
+                               f"overwhelm tight: head {h}, competitor {j}")
+                bound = fixed[j] + sum(lams)
+                ob.require(bound < 0, "overwhelm tight: exact bound < 0",
+                           f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0")
+                worst = bound if worst is None else max(worst, bound)
+    free = f"any string of {n_free} tokens" if multiset is None else f"every permutation of {n_free} tokens"
+    ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and {free} in between, the next token "
+                  f"is {k} (tight: max over competitors j of the bound on logit_j - logit_k <= {show(worst)}; "
+                  f"{len(exact)} of {cfg.d_vocab - 1} competitors needed the exact per-head bound)")

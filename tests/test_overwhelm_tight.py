@@ -1,0 +1,185 @@
+"""Overwhelm method "tight" (checker/overwhelm_tight.py): soundness against an exhaustive 110-bit oracle,
+never weaker than naive/lp, Dinkelbach lambdas equal the brute-force per-head maxima, mutations, CLI."""
+
+import copy
+import itertools
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker.errors import BadInput, Rejected
+from checker.exact import format_number, parse_number
+from checker.interval import make_backend
+from checker.kinds.overwhelm import check
+from checker.verify import Obligations
+from conftest import example_scale
+from generator.overwhelm import FloatModel, float_tables, generate
+from generator.overwhelm_tight import generate_tight
+from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l
+
+BACKENDS = ("flint", "mpmath")
+
+
+def verdict(model, cert, backend):
+    """'VERIFIED' or 'REJECTED: ...' from the kind's check on an in-memory model."""
+    try:
+        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
+        return "VERIFIED"
+    except (Rejected, BadInput) as e:
+        return f"REJECTED: {e}"
+
+
+@st.composite
+def scenarios(draw):
+    """A random tiny model plus an overwhelm question (prefixes biased towards one repeated token)."""
+    d_vocab = draw(st.integers(3, 6))
+    n_heads = draw(st.integers(1, 3))
+    d_head = draw(st.sampled_from([2, 4]))
+    model_args = dict(seed=draw(st.integers(0, 10 ** 6)), d_vocab=d_vocab, n_heads=n_heads, d_head=d_head,
+                      rotary_dim=draw(st.sampled_from([d_head, 2])), adjacent=draw(st.booleans()),
+                      qk_scale=draw(st.sampled_from([0.2, 0.5, 1.0])), near_tie=draw(st.integers(0, 9)) == 0,
+                      attn_scale=draw(st.sampled_from([None, None, "3/2", "5"])))
+    n_fix = draw(st.sampled_from([0, 1, 4, 8, 20]))
+    dominant = draw(st.integers(0, d_vocab - 1))
+    noise = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_fix, max_size=n_fix))
+    mix = draw(st.sampled_from([0, 0.1, 0.5]))
+    prefix = [noise[i] if i < int(mix * n_fix) else dominant for i in range(n_fix)]
+    n_free = draw(st.integers(1, 3 if d_vocab <= 4 else 2))
+    kind = draw(st.sampled_from(["any", "perm", "perm"]))
+    multiset = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_free, max_size=n_free)) if kind == "perm" else None
+    return dict(model_args=model_args, prefix=prefix, query=draw(st.integers(0, d_vocab - 1)), kind=kind,
+                n_free=n_free, multiset=multiset, paper=draw(st.sampled_from(["naive", "lp"])))
+
+
+def test_tight_sound_and_never_weaker_than_naive_lp():
+    """Every VERIFIED tight certificate holds on all of T (110-bit oracle); both backends agree; whenever
+    naive/lp certify, tight certifies too."""
+    stats = Counter()
+
+    @settings(max_examples=example_scale(200), deadline=None)
+    @given(scenarios())
+    def prop(s):
+        tensors, cfg = tiny_neox1l(**s["model_args"])
+        model = model_of(tensors, cfg)
+        spec = (s["kind"], s["n_free"], s["multiset"])
+        stats["examples"] += 1
+        cert, rep = generate_tight(model, s["prefix"], s["query"], spec)
+        tight_ok = False
+        if cert is not None:
+            verdicts = {b: verdict(model, cert, b) for b in BACKENDS}
+            assert verdicts["flint"] == verdicts["mpmath"], verdicts
+            tight_ok = verdicts["flint"] == "VERIFIED"
+            if tight_ok:
+                stats["verified"] += 1
+                stats[f"verified {s['kind']}"] += 1
+                stats["verified with exact competitors"] += rep["exact_competitors"] > 0
+                ok, gap = exhaustive_confirms(model, s["prefix"], s["query"], s["kind"], s["n_free"],
+                                              s["multiset"], cert["claim"]["predicted"])
+                assert ok, f"VERIFIED tight certificate contradicted exhaustively (gap {gap}): {cert['claim']}"
+        paper, _ = generate(model, s["prefix"], s["query"], spec, s["paper"], "table", "tight")
+        if paper is not None and verdict(model, paper, "flint") == "VERIFIED":
+            stats["paper verified"] += 1
+            assert tight_ok, f"{paper['evidence']['method']} certifies but tight does not: {s}"
+            assert cert["claim"]["predicted"] == paper["claim"]["predicted"]
+
+    prop()
+    print("overwhelm tight soundness:", dict(stats))
+    assert stats["verified"] >= 0.2 * stats["examples"], dict(stats)
+    assert stats["verified any"] > 0 and stats["verified perm"] > 0, dict(stats)
+    assert stats["verified with exact competitors"] > 0 and stats["paper verified"] > 0, dict(stats)
+    assert stats["verified"] > stats["paper verified"], dict(stats)
+
+
+CASES = {"perm": (2, 8, ("perm", 3, [0, 3, 4])), "any": (2, 8, ("any", 2, None)),
+         "perm5": (16, 12, ("perm", 3, [0, 3, 4]))}
+
+
+@pytest.fixture(scope="module")
+def certs():
+    """Tight certificates that need the exact bound (naive/lp are Inconclusive on all of them)."""
+    out = {}
+    for name, (seed, n_fix, spec) in CASES.items():
+        m = model_of(*tiny_neox1l(seed, qk_scale=0.5))
+        cert, rep = generate_tight(m, [1] * n_fix, 2, spec)
+        assert cert is not None and rep["exact_competitors"] > 0, rep
+        for method in ("naive", "lp"):
+            assert generate(m, [1] * n_fix, 2, spec, method, "table", "tight")[0] is None
+        out[name] = (m, [1] * n_fix, spec, cert)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cases_verify_and_hold(name, certs):
+    m, prefix, spec, cert = certs[name]
+    for b in BACKENDS:
+        ob = Obligations()
+        check(m, cert["claim"], cert["evidence"], make_backend(b), ob)
+        assert "competitors needed the exact per-head bound" in ob.summary
+    ok, _ = exhaustive_confirms(m, prefix, 2, spec[0], spec[1], spec[2], cert["claim"]["predicted"])
+    assert ok
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lambdas_are_the_exact_per_head_maxima(name, certs):
+    """Each lambda is the brute-force max over T of the head's ratio, up to the hint slack."""
+    m, prefix, (kind, n_free, multiset), cert = certs[name]
+    c, k = m.config, cert["claim"]["predicted"]
+    allowed = list(range(c.d_vocab)) if multiset is None else sorted(set(multiset))
+    fm = FloatModel(m)
+    T = float_tables(fm, prefix, 2, allowed, n_free)
+    strings = itertools.product(range(len(allowed)), repeat=n_free) if multiset is None else \
+        set(itertools.permutations([allowed.index(t) for t in multiset]))
+    strings = list(strings)
+    for e in cert["evidence"]["exact"]:
+        j = e["competitor"]
+        for h in range(c.n_heads):
+            b = np.exp(T["S"][h] - T["lq"][h])
+            cj = T["values"][h] @ fm.WO[h] @ (fm.WU[:, j] - fm.WU[:, k])
+            best = max(sum(b[t, i] * cj[t] for i, t in enumerate(s)) / (T["alpha_fix"][h] + sum(b[t, i] for i, t in enumerate(s)))
+                       for s in strings)
+            lam = float(parse_number(e["lambdas"][h], "lambda"))
+            assert best - 1e-9 <= lam <= best + 1e-7 * (1 + abs(best)), (j, h, lam, best)
+
+
+def lowered(x: str, rel=2.0 ** -16) -> str:
+    """The number x lowered by rel * (1 + |x|)."""
+    q = parse_number(x, "x")
+    return format_number(q - Fraction(rel) * (1 + abs(q)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_mutations_rejected(backend, name, certs):
+    m, _, spec, cert = certs[name]
+    ev = cert["evidence"]
+    for n, e in enumerate(ev["exact"]):
+        for h in range(m.config.n_heads):
+            bad = copy.deepcopy(cert)
+            bad["evidence"]["exact"][n]["lambdas"][h] = lowered(e["lambdas"][h])
+            assert verdict(m, bad, backend).startswith("REJECTED: overwhelm tight: head"), (n, h)
+            if spec[0] == "perm":
+                for vec, i in (("u", 0), ("v", spec[1] - 1)):
+                    bad = copy.deepcopy(cert)
+                    d = bad["evidence"]["exact"][n]["duals"][h][vec]
+                    d[i] = lowered(d[i], 2.0 ** -20)
+                    assert "dual feasibility" in verdict(m, bad, backend), (n, h, vec)
+    bad = copy.deepcopy(cert)    # drop a competitor that needs the exact bound
+    bad["evidence"]["exact"] = ev["exact"][1:]
+    assert "cheap bound" in verdict(m, bad, backend)
+    bad = copy.deepcopy(cert)    # claim another token
+    bad["claim"]["predicted"] = ev["exact"][0]["competitor"]
+    assert verdict(m, bad, backend).startswith("REJECTED")
+
+
+def test_malformed_evidence(certs):
+    m, _, _, cert = certs["perm"]
+    for edit in (lambda ev: ev["exact"][0].pop("duals"), lambda ev: ev["exact"][0]["lambdas"].pop(),
+                 lambda ev: ev["exact"].append(copy.deepcopy(ev["exact"][0])), lambda ev: ev.update(extra=1)):
+        bad = copy.deepcopy(cert)
+        edit(bad["evidence"])
+        with pytest.raises(BadInput):
+            check(m, bad["claim"], bad["evidence"], make_backend("flint"), Obligations())
