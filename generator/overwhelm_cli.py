@@ -51,7 +51,11 @@ def cmd_overwhelm(args) -> int:
         raise BadInput(f"token ids must lie in [0, {c.d_vocab})")
     if len(prefix) + spec[1] + 1 > c.n_ctx or spec[1] < 1:
         raise BadInput(f"need 1 <= n_free and n_fix + n_free + 1 <= n_ctx = {c.n_ctx}")
-    cert, report = generate(model, prefix, query, spec, args.method, args.value_bound, args.hints)
+    if args.method == "tight":   # generator/overwhelm_tight.py
+        from .overwhelm_tight import format_report, generate_tight
+        cert, report = generate_tight(model, prefix, query, spec)
+    else:
+        cert, report = generate(model, prefix, query, spec, args.method, args.value_bound, args.hints)
     if cert is not None:
         certio.write(args.out, cert)
         report["out"] = args.out
@@ -72,7 +76,8 @@ def add_commands(sub):
     p.add_argument("--query-id", type=int)
     p.add_argument("--query-text")
     p.add_argument("--free", required=True, help="any:N | perm:ID,ID,... | perm-text:TEXT")
-    p.add_argument("--method", choices=["naive", "lp"], default="lp")
+    p.add_argument("--method", choices=["naive", "lp", "tight"], default="lp",
+                   help="tight: competitor-wise, exact per head (Dinkelbach); ignores --value-bound/--hints")
     p.add_argument("--value-bound", choices=["auto", "table", "norm"], default="auto")
     p.add_argument("--hints", choices=["auto", "tight", "float"], default="auto",
                    help="tight: hints from the checker's own enclosures (small models); float: float64 + slack")

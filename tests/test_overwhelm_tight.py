@@ -183,3 +183,25 @@ def test_malformed_evidence(certs):
         edit(bad["evidence"])
         with pytest.raises(BadInput):
             check(m, bad["claim"], bad["evidence"], make_backend("flint"), Obligations())
+
+
+def test_cli_tight_on_shipped_model(tmp_path, capsys):
+    """`tcert overwhelm --method tight` on the shipped tiny model writes a certificate tcert-check verifies
+    with both backends (the shipped example needs the LP; tight certifies it too)."""
+    import json
+
+    from checker.cli import verify_files
+    from conftest import CERTIFICATES
+    from generator.cli import main as tcert
+    ship = CERTIFICATES / "overwhelm"
+    claim = json.loads((ship / "perm_lp.json").read_text())["claim"]
+    out = tmp_path / "t.json"
+    code = tcert(["overwhelm", "--model", str(ship / "neox1l_tiny.safetensors"),
+                  "--prefix-ids", ",".join(map(str, claim["prefix"])), "--query-id", str(claim["query"]),
+                  "--free", "perm:" + ",".join(map(str, claim["free"]["tokens"])), "--method", "tight",
+                  "--out", str(out), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "Overwhelmed" and report["predicted"] == claim["predicted"]
+    for b in BACKENDS:
+        ob, cert = verify_files(str(out), str(ship / "neox1l_tiny.safetensors"), b)
+        assert cert["evidence"]["method"] == "tight" and "tight" in ob.summary
