@@ -52,10 +52,10 @@ def parse_exact(evidence, cfg, k: int, perm: bool, n_free: int) -> dict:
             raise BadInput(f"{where}.lambdas: must list {cfg.n_heads} numbers (one per head)")
         lams = [parse_number(x, f"{where}.lambdas[{h}]") for h, x in enumerate(lams)]
         duals = None
-        if perm:
-            d = e.get("duals")
+        if perm and "duals" in e:   # without duals: the separable bound over the multiset's tokens
+            d = e["duals"]
             if not isinstance(d, list) or len(d) != cfg.n_heads:
-                raise BadInput(f"{where}.duals: a perm free set needs {cfg.n_heads} dual pairs (one per head)")
+                raise BadInput(f"{where}.duals: must list {cfg.n_heads} dual pairs (one per head)")
             duals = []
             for h, uv in enumerate(d):
                 fields(uv, f"{where}.duals[{h}]", {"u", "v"})
@@ -127,11 +127,13 @@ def dinkelbach(B, hd, b: list, c: list, lam: Fraction, rows, duals, name: str) -
     """The one-pass inequality -lam alpha_fix + max_t sum_i b_i(t_i) (c(t_i) - lam) <= 0, rigorously.
 
     `c` are the enclosures of c_hj(t) per allowed token; `rows` (perm) the allowed-token index of each
-    multiset entry, with duals (u, v) bounding the assignment maximum; for `any` rows is None."""
+    multiset entry, with duals (u, v) bounding the assignment maximum. Without duals (`any`, or a perm
+    set relaxed to "every position any of the multiset's tokens", which contains every permutation)
+    the maximum separates into per-column maxima over the allowed tokens."""
     L = B.num(lam)
     cost = [[B.upper(e * (ct - L)) for e in brow] for brow, ct in zip(b, c)]
     total = B.upper(-L * hd.alpha_fix)
-    if rows is None:
+    if duals is None:
         total += sum(max(col) for col in zip(*cost))
     else:
         u, v = duals
@@ -184,7 +186,7 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
                 lams, duals = exact[j]
                 for h, hd in enumerate(heads):
                     c = [Csel[h * na + t][n] for t in range(na)]
-                    dinkelbach(B, hd, b[h], c, lams[h], rows, duals and duals[h],
+                    dinkelbach(B, hd, b[h], c, lams[h], rows, duals[h] if duals else None,
                                f"overwhelm tight: head {h}, competitor {j}")
                 bound = fixed[j] + sum(lams)
                 ob.require(bound < 0, "overwhelm tight: exact bound < 0",

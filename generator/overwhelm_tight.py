@@ -6,8 +6,10 @@ free terms there), the cheap bound per competitor, and for the competitors where
 < 0 the exact per-head maximum by Dinkelbach's parametric search (`any`: per-position maxima; `perm`:
 scipy's assignment solver). Hints carry a relative safety slack: each lambda is raised by
 SLACK x (the scale of the inequality's terms), so the checker's enclosures (64+ bits) cannot flip it,
-while lowering a lambda by far less than 2^-16 relative makes it false (mutation tests); perm duals are
-repaired against the float costs plus a 2^-44 relative slack (generator.overwhelm.repair).
+while lowering a lambda by far less than 2^-16 relative makes it false (mutation tests). For perm sets
+the separable bound of the relaxation "each position any of the multiset's tokens" is tried first; only
+competitors it cannot settle get assignment duals (from scipy, made feasible against the float costs
+plus a 2^-44 relative slack, with a 2^-48 pad that covers float rounding; the checker verifies exactly).
 """
 
 from fractions import Fraction
@@ -19,7 +21,7 @@ from checker.errors import BadInput
 
 from . import certio
 from .forward import logits as forward_logits
-from .overwhelm import FloatModel, float_tables, parse_free, repair, round_up, solve_assignment
+from .overwhelm import FloatModel, float_tables, parse_free, round_up, solve_assignment
 
 SLACK = 2.0 ** -36
 COST_SLACK = 2.0 ** -44
@@ -51,6 +53,33 @@ def dinkelbach(b, c, fix, rows, iters=200):
         lam = new
         choice = inner_max(b * (c[:, None] - lam), rows)[1]
     return lam
+
+
+def float_repair(M, v):
+    """Duals (u, v) as doubles with u_r + v_c >= M[r, c] + slack exactly: v from the assignment solver,
+    u_r = max_c (M[r, c] + slack - v_c) plus a pad far above float rounding, then v tightened likewise."""
+    bound = M + COST_SLACK * (1.0 + np.abs(M).max())
+    pad = 2.0 ** -48 * (1.0 + np.abs(bound).max() + np.abs(v).max())
+    u = (bound - v[None, :]).max(axis=1) + pad
+    v = (bound - u[:, None]).max(axis=0) + pad
+    return u, v
+
+
+def exact_lambdas(bs, cs, alpha_fix, rows, n_free):
+    """Per head the certified lambda (exact max plus slack, rounded up to a double) and, for rows (perm),
+    the duals; rows None: the separable bound (`any`, or perm relaxed to any of the multiset's tokens)."""
+    lams, duals = [], ([] if rows is not None else None)
+    for b, cj, fix in zip(bs, cs, alpha_fix):
+        lam = dinkelbach(b, cj, fix, rows)
+        size = 1.0 + n_free * b.max() * (np.abs(cj).max() + abs(lam))
+        lam = round_up(Fraction(lam + SLACK * size / fix))
+        lams.append(lam)
+        if rows is not None:
+            M = (b * (cj[:, None] - lam))[rows]
+            v = solve_assignment(M, "max")[2]
+            u, v = float_repair(M, v - v.min())
+            duals.append({"u": [certio.num(float(x)) for x in u], "v": [certio.num(float(x)) for x in v]})
+    return lams, duals
 
 
 def generate_tight(model, prefix, query, free_spec, force=False):
@@ -91,21 +120,11 @@ def generate_tight(model, prefix, query, free_spec, force=False):
     exact, bound = [], cheap.copy()
     bound[k] = -np.inf
     for j in exact_js:
-        lams, duals = [], []
-        for h in range(c.n_heads):
-            b, cj, fix = bs[h], Cs[h][:, j], T["alpha_fix"][h]
-            lam = dinkelbach(b, cj, fix, rows)
-            size = 1.0 + n_free * b.max() * (np.abs(cj).max() + abs(lam))
-            lam = round_up(Fraction(lam + SLACK * size / fix))
-            lams.append(lam)
-            if rows is not None:
-                M = (b * (cj[:, None] - lam))[rows]
-                v = solve_assignment(M, "max")[2]
-                bounds = (M + COST_SLACK * (1.0 + np.abs(M).max())).tolist()
-                u, v, _ = repair(v - v.min(), bounds, "max")
-                duals.append({"u": [certio.num(x) for x in u], "v": [certio.num(x) for x in v]})
+        lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], None, n_free)
+        if rows is not None and F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]:
+            lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], rows, n_free)
         entry = {"competitor": j, "lambdas": [certio.num(x) for x in lams]}
-        if rows is not None:
+        if duals is not None:
             entry["duals"] = duals
         exact.append(entry)
         bound[j] = F[j] + sum(lams)
