@@ -149,7 +149,12 @@ class Mutant:
 def mutants(cert: dict, other_sha: str | None = None):
     """Every mutant of `cert` (a generator of Mutant)."""
     def at(path, value):
-        return lambda: put(cert, path, value)
+        return lambda: put(cert, path, value() if callable(value) else value)
+
+    def swapped(v, i):
+        w = list(v)
+        w[i], w[i + 1] = w[i + 1], w[i]
+        return w
 
     for top in ("claim", "evidence"):
         for path, v in walk(cert[top], (top,)):
@@ -163,20 +168,18 @@ def mutants(cert: dict, other_sha: str | None = None):
             elif isinstance(v, list) and v:
                 for i in range(len(v) - 1):
                     if v[i] != v[i + 1]:
-                        w = list(v)
-                        w[i], w[i + 1] = w[i + 1], w[i]
-                        yield Mutant("array", path, f"swap{i}", at(path, w))
-                yield Mutant("array", path, "truncate", at(path, v[:-1]))
+                        yield Mutant("array", path, f"swap{i}", at(path, lambda v=v, i=i: swapped(v, i)))
+                yield Mutant("array", path, "truncate", at(path, lambda v=v: v[:-1]))
                 if top == "evidence":
                     for i in range(len(v)):
-                        yield Mutant("evidence", path, f"drop{i}", at(path, v[:i] + v[i + 1:]))
-                        yield Mutant("evidence", path, f"dup{i}", at(path, v[:i + 1] + v[i:]))
+                        yield Mutant("evidence", path, f"drop{i}", at(path, lambda v=v, i=i: v[:i] + v[i + 1:]))
+                        yield Mutant("evidence", path, f"dup{i}", at(path, lambda v=v, i=i: v[:i + 1] + v[i:]))
                     if len(v) > 1 and v[::-1] != v:
-                        yield Mutant("evidence", path, "reverse", at(path, v[::-1]))
+                        yield Mutant("evidence", path, "reverse", at(path, lambda v=v: v[::-1]))
             elif isinstance(v, dict) and top == "evidence":
                 for k in sorted(v):
                     yield Mutant("evidence", path + (k,), "drop-key",
-                                 at(path, {key: x for key, x in v.items() if key != k}))
+                                 at(path, lambda v=v, k=k: {key: x for key, x in v.items() if key != k}))
     for kind in KINDS:
         if kind != cert["kind"]:
             yield Mutant("envelope", ("kind",), f"->{kind}", lambda kind=kind: dict(cert, kind=kind))
@@ -589,7 +592,9 @@ def shipped_cases(root) -> list:
     models = {load_model(str(p)).sha256: str(p) for p in sorted(root.rglob("*.safetensors"))}
     out = []
     for p in sorted(root.rglob("*.json")):
-        cert = load_certificate(str(p))
+        load_certificate(str(p))                       # validates the envelope
+        with open(p, encoding="utf-8") as f:
+            cert = json.load(f)                         # plain JSON (generator info may hold floats)
         out.append(Case(cert["kind"], str(p.relative_to(root)), cert, models[cert["model_sha256"]],
                         lambda: (lambda claim: None), shipped=True))
     return out
@@ -630,3 +635,81 @@ def run_case(case, shas, sample=None, seed=0, backend="flint") -> Tally:
             tally.add(m, cls, detail)
     tally.seconds = time.perf_counter() - start
     return tally
+
+
+# --- headline numbers: the certified value, moved a hair in the unsafe direction ----------------------
+
+def hair(x: Fraction) -> Fraction:
+    """A tiny positive step relative to x (2^-60 |x|, or 2^-60 at zero)."""
+    return Fraction(abs(x)) / 2 ** 60 if x else Fraction(1, 2 ** 60)
+
+
+def certified_values(case) -> dict:
+    """Check the case once (flint) with hooks on the kinds' internals; return the certified values:
+    prediction/corollary margins, overwhelm deviation W and sample gap, accuracy count, influence needs."""
+    import checker.kinds.influence as I
+    import checker.kinds.overwhelm as O
+    import checker.kinds.prediction as P
+    import checker.overwhelm_bounds as OB
+    with tempfile.TemporaryDirectory() as d, capture(P, "check_claim", []) as pc, \
+            capture(O, "check_claim", []) as oc, capture(OB, "deviation", []) as dev, \
+            capture(I, "derive", []) as need, capture(I, "check_prediction", []) as cor:
+        verdict, summary = run_checker(case.cert, case.model_path, "flint", d)
+    assert verdict == "verified", summary
+    out = {"summary": summary}
+    if pc:
+        out["margin"] = pc[0]
+    if oc:
+        out["sample_margin"] = oc[0]
+    if dev:
+        out["deviation"] = dev[0][0]
+    if need:
+        out["need"] = need[0]
+    if cor:
+        out["corollary_margin"] = cor[0]
+    return out
+
+
+def headline_mutants(case) -> list:
+    """(label, certificate) pairs that move each kind's headline number just past its certified value in
+    the unsafe direction; every one must be REJECTED."""
+    import re
+    v, cert, out = certified_values(case), case.cert, []
+    if case.kind == "prediction":
+        out.append(("margin = certified + hair", put(cert, ("claim", "margin"),
+                                                     format_number(v["margin"] + hair(v["margin"])))))
+    elif case.kind == "overwhelm":
+        w, s = v["deviation"], v["sample_margin"]
+        out.append(("deviation = certified W - hair", put(cert, ("evidence", "deviation"), format_number(w - hair(w)))))
+        out.append(("sample margin = certified PTP + hair",
+                    put(cert, ("evidence", "sample", "margin"), format_number(s + hair(s)))))
+    elif case.kind == "accuracy":
+        count = int(re.search(r"certifies (\d+)\)", v["summary"]).group(1))
+        out.append(("correct_at_least = certified count + 1", put(cert, ("claim", "correct_at_least"), count + 1)))
+    elif case.kind == "influence":
+        for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
+            x = v["need"][key]
+            out.append((f"{key} = recomputed - hair", put(cert, ("claim", key), format_number(x - hair(x)))))
+        if "corollary" in cert["claim"]:
+            m = v["corollary_margin"]
+            out.append(("corollary margin = certified + hair",
+                        put(cert, ("claim", "corollary", "prediction", "margin"), format_number(m + hair(m)))))
+            r = cert["claim"]["corollary"]["substitutions"]
+            out.append(("corollary substitutions + 1", put(cert, ("claim", "corollary", "substitutions"), r + 1)))
+    return out
+
+
+def unsafe_claim_move(kind: str, m) -> bool:
+    """Whether a claim mutant strengthens the claim (the moves that must mostly be rejected)."""
+    if not m.claim_changed or m.family != "numeric":
+        return False
+    up, down = m.move.startswith(("ulp+", "rel+", "int+")), m.move.startswith(("ulp-", "rel-", "int-", "sign"))
+    leaf = m.where[-1]
+    if kind == "prediction":
+        return (leaf == "margin" and up) or leaf == "predicted"
+    if kind == "accuracy":
+        return leaf == "correct_at_least" and up
+    if kind == "influence":
+        return (leaf in ("C", "C_prob", "C_abs", "C_prob_abs") and down) or (leaf == "n_max" and up) \
+            or (leaf == "n_min" and down) or (leaf == "substitutions" and up) or (leaf == "margin" and up)
+    return True     # overwhelm: every claim edit (prefix, query, token, free set) changes the statement
