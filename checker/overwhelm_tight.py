@@ -94,20 +94,19 @@ def fixed_part(B, model, W, heads, query: int, k: int, Wd) -> list:
 
 
 def tables(B, model, W, heads, allowed: list, n_free: int):
-    """Per head: b[t][i] = exp(score of allowed token t at free position i - l_q) (intervals), and the
-    stacked rows (x_t - u_h) W_O^h for all heads and allowed tokens ((heads * allowed) x d_model)."""
+    """Per head: b[t][i] = exp(score of allowed token t at free position i - l_q) (intervals) and the rows
+    (x_t - u_h) W_O^h (allowed x d_model); also all heads' rows stacked ((heads * allowed) x d_model)."""
     cfg = model.config
     pre, dh = "blocks.0.attn.", cfg.d_head
     X = ob_bounds.ln_rows(B, model, W, allowed)
     V = (X @ W.heads_concat(pre + "W_V")).rows()
-    b, P = [], None
+    b, Ps = [], []
     for h, hd in enumerate(heads):
         S = (X @ hd.qcols).rows()
         b.append([[B.exp(s + c - hd.lq) for s, c in zip(row, hd.bias)] for row in S])
         vals = B.matrix([[x - m for x, m in zip(row[h * dh:(h + 1) * dh], hd.u)] for row in V])
-        Ph = vals @ W.mat(pre + "W_O", h)
-        P = Ph if P is None else B.matrix(P.rows() + Ph.rows())
-    return b, P
+        Ps.append(vals @ W.mat(pre + "W_O", h))
+    return b, Ps, B.matrix([r for Ph in Ps for r in Ph.rows()])
 
 
 def beta_bounds(B, hd, b: list):
@@ -124,28 +123,43 @@ def top(beta, x: Fraction) -> Fraction:
 
 
 def dinkelbach(B, hd, b: list, c: list, lam: Fraction, rows, duals, name: str) -> None:
-    """The one-pass inequality -lam alpha_fix + max_t sum_i b_i(t_i) (c(t_i) - lam) <= 0, rigorously.
+    """The one-pass inequality -lam alpha_fix + max_t sum_i b_i(t_i) (c(t_i) - lam) <= 0 for a perm set,
+    with the assignment maximum bounded by the duals (u, v) (weak duality, exact rationals).
 
-    `c` are the enclosures of c_hj(t) per allowed token; `rows` (perm) the allowed-token index of each
-    multiset entry, with duals (u, v) bounding the assignment maximum. Without duals (`any`, or a perm
-    set relaxed to "every position any of the multiset's tokens", which contains every permutation)
-    the maximum separates into per-column maxima over the allowed tokens."""
+    `c` are the enclosures of c_hj(t) per allowed token, `rows` the allowed-token index of each multiset
+    entry; cost(r, i) is the upper endpoint of b_i(t_r) (c(t_r) - lam)."""
     L = B.num(lam)
-    cost = [[B.upper(e * (ct - L)) for e in brow] for brow, ct in zip(b, c)]
-    total = B.upper(-L * hd.alpha_fix)
-    if duals is None:
-        total += sum(max(col) for col in zip(*cost))
-    else:
-        u, v = duals
-        for r, t in enumerate(rows):
-            for i, x in enumerate(cost[t]):
-                if u[r] + v[i] < x:
-                    raise Rejected(f"{name}: dual feasibility",
-                                   f"u[{r}] + v[{i}] = {show(u[r] + v[i])} is below the cost bound {show(x)}")
-        total += sum(u) + sum(v)
+    u, v = duals
+    for r, t in enumerate(rows):
+        for i, e in enumerate(b[t]):
+            x = B.upper(e * (c[t] - L))
+            if u[r] + v[i] < x:
+                raise Rejected(f"{name}: dual feasibility",
+                               f"u[{r}] + v[{i}] = {show(u[r] + v[i])} is below the cost bound {show(x)}")
+    total = B.upper(-L * hd.alpha_fix) + sum(u) + sum(v)
     if total > 0:
         raise Rejected(f"{name}: Dinkelbach inequality",
                        f"lambda {show(lam)} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
+
+
+def separable_batch(B, hd, b: list, C, lams: list, js: list, h: int) -> None:
+    """The Dinkelbach inequality without duals for many competitors js of head h at once.
+
+    C[t][n] encloses c_hj(t) for j = js[n]. The costs b_i(t) (c(t) - lambda_j) form one interval matrix
+    K = blk @ C - bcol @ lambda with rows (i, t) (blk[(i, t), s] = b_i(t) if s = t else 0, bcol = b_i(t)),
+    an enclosure of the same reals as the scalar rule; its column maxima per block i are the per-column
+    maxima over tokens, so the check is upper(-lambda_j alpha_fix) + sum_i max_t upper(K) <= 0."""
+    na, n_free = len(b), len(b[0])
+    zero = B.num(0)
+    blk = B.matrix([[b[t][i] if s == t else zero for s in range(na)] for i in range(n_free) for t in range(na)])
+    bcol = B.matrix([[b[t][i]] for i in range(n_free) for t in range(na)])
+    L = [B.num(x) for x in lams]
+    his = [hi for _, hi in (blk @ C - bcol @ B.matrix([L])).col_bounds(n_free)]
+    for n, j in enumerate(js):
+        total = B.upper(-L[n] * hd.alpha_fix) + sum(hi[n] for hi in his)
+        if total > 0:
+            raise Rejected(f"overwhelm tight: head {h}, competitor {j}: Dinkelbach inequality",
+                           f"lambda {show(lams[n])} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
 
 
 def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> None:
@@ -159,7 +173,7 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
     H, na = cfg.n_heads, len(allowed)
     with ob.step("scores, fixed masses, value means"):
         heads = ob_bounds.prepare(B, model, prefix, query, [], n_free, "table", (), W)
-        b, P = tables(B, model, W, heads, allowed, n_free)
+        b, Ps, P = tables(B, model, W, heads, allowed, n_free)
         beta = [beta_bounds(B, hd, bh) for hd, bh in zip(heads, b)]
     with ob.step("fixed part F_j"):
         Wd = diff_unembed(B, model, k, list(range(cfg.d_vocab)))
@@ -180,18 +194,23 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
     with ob.step(f"exact per-head bounds ({len(exact)} competitors)"):
         sel = sorted(exact)
         rows = None if multiset is None else [allowed.index(t) for t in multiset]
-        if sel:
-            Csel = (P @ diff_unembed(B, model, k, sel)).rows()
-            for n, j in enumerate(sel):
-                lams, duals = exact[j]
-                for h, hd in enumerate(heads):
-                    c = [Csel[h * na + t][n] for t in range(na)]
-                    dinkelbach(B, hd, b[h], c, lams[h], rows, duals[h] if duals else None,
+        sep = [j for j in sel if exact[j][1] is None]
+        dual = [j for j in sel if exact[j][1] is not None]
+        Wsep = diff_unembed(B, model, k, sep) if sep else None
+        Wdual = diff_unembed(B, model, k, dual) if dual else None
+        for h, hd in enumerate(heads):
+            if sep:
+                separable_batch(B, hd, b[h], Ps[h] @ Wsep, [exact[j][0][h] for j in sep], sep, h)
+            if dual:
+                Cd = (Ps[h] @ Wdual).rows()
+                for n, j in enumerate(dual):
+                    dinkelbach(B, hd, b[h], [Cd[t][n] for t in range(na)], exact[j][0][h], rows, exact[j][1][h],
                                f"overwhelm tight: head {h}, competitor {j}")
-                bound = fixed[j] + sum(lams)
-                ob.require(bound < 0, "overwhelm tight: exact bound < 0",
-                           f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0")
-                worst = bound if worst is None else max(worst, bound)
+        for j in sel:
+            bound = fixed[j] + sum(exact[j][0])
+            ob.require(bound < 0, "overwhelm tight: exact bound < 0",
+                       f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0")
+            worst = bound if worst is None else max(worst, bound)
     free = f"any string of {n_free} tokens" if multiset is None else f"every permutation of {n_free} tokens"
     ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and {free} in between, the next token "
                   f"is {k} (tight: max over competitors j of the bound on logit_j - logit_k <= {show(worst)}; "
