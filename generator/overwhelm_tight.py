@@ -82,8 +82,10 @@ def exact_lambdas(bs, cs, alpha_fix, rows, n_free):
     return lams, duals
 
 
-def generate_tight(model, prefix, query, free_spec, force=False):
-    """Build a tight overwhelm certificate. Returns (cert or None, report dict)."""
+def generate_tight(model, prefix, query, free_spec, force=False, relax=True):
+    """Build a tight overwhelm certificate. Returns (cert or None, report dict).
+
+    relax=False: for perm sets, every exact competitor gets assignment duals (tests)."""
     c = model.config
     rb.supported(c)
     kind, n_free, multiset = parse_free(free_spec) if isinstance(free_spec, str) else free_spec
@@ -121,7 +123,7 @@ def generate_tight(model, prefix, query, free_spec, force=False):
     bound[k] = -np.inf
     for j in exact_js:
         lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], None, n_free)
-        if rows is not None and F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]:
+        if rows is not None and (not relax or F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]):
             lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], rows, n_free)
         entry = {"competitor": j, "lambdas": [certio.num(x) for x in lams]}
         if duals is not None:
