@@ -43,23 +43,20 @@ def main(argv=None) -> int:
         shipped = [] if args.no_shipped else M.shipped_cases(ROOT / "certificates")
         shas = M.model_shas(cases + shipped)
         per_kind = {k: M.Tally() for k in M.KINDS}
-        rows = []
+        print(f"{'certificate':<52} {'backend':<7} {'tried':>6} {'rej':>6} {'acc-true':>8} {'(claim)':>7} "
+              f"{'acc-false':>9} {'undec':>5} {'intern':>6} {'seconds':>8}", flush=True)
         for case in cases + shipped:
             sample = args.sample or None
             if case.shipped:
                 n = len(M.case_mutants(case, shas))
                 sample = args.shipped_sample if args.shipped_sample and n > BIG else None
-            t = M.run_case(case, shas, sample, args.seed)
-            rows.append((case, "flint", t))
-            per_kind[case.kind].merge(t)
+            runs = [("flint", sample, args.seed)]
             if not case.shipped and args.mpmath_sample:
-                t = M.run_case(case, shas, args.mpmath_sample, args.seed + 1, backend="mpmath")
-                rows.append((case, "mpmath", t))
+                runs.append(("mpmath", args.mpmath_sample, args.seed + 1))
+            for backend, size, seed in runs:
+                t = M.run_case(case, shas, size, seed, backend=backend)
                 per_kind[case.kind].merge(t)
-    print(f"{'certificate':<52} {'backend':<7} {'tried':>6} {'rej':>6} {'acc-true':>8} {'(claim)':>7} {'acc-false':>9} "
-          f"{'undec':>5} {'intern':>6} {'seconds':>8}")
-    for case, backend, t in rows:
-        print(f"{case.kind + ': ' + case.name:<52} {backend:<7} " + counts(t))
+                print(f"{case.kind + ': ' + case.name:<52} {backend:<7} " + counts(t), flush=True)
     print()
     print(f"{'kind':<60} {'tried':>6} {'rej':>6} {'acc-true':>8} {'(claim)':>7} {'acc-false':>9} {'undec':>5} "
           f"{'intern':>6} {'seconds':>8}")
