@@ -17,6 +17,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
                     help="mutants per tiny-model certificate re-run with the mpmath backend")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shipped", action="store_true")
+    ap.add_argument("--accepted", action="store_true",
+                    help="also list the accepted-and-true mutants grouped by kind, field and move")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
@@ -64,11 +67,24 @@ def main(argv=None) -> int:
     for kind, t in per_kind.items():
         print(f"{kind:<60} " + counts(t))
         bad += t.bad
+    if args.accepted:
+        print("\naccepted-and-true mutants by kind, family, field (array indices dropped) and move:")
+        for kind, t in per_kind.items():
+            groups = Counter(group(label) for label in t.accepted)
+            for g, n in sorted(groups.items()):
+                print(f"  {kind:<11} {n:>5}  {g}")
     print(f"\ntotal {time.perf_counter() - start:.1f} s wall, {time.process_time():.1f} s CPU, "
           f"load average {os.getloadavg()[0]:.1f}")
     for cls, label, detail, _ in bad[:20]:
         print(f"!! {cls}: {label}: {detail[:200]}")
     return 1 if bad else 0
+
+
+def group(label: str) -> str:
+    """A mutant label without array indices and move counters (drop3 -> drop)."""
+    family, path, move = label.split(":", 2)
+    field = ".".join(p for p in path.split(".") if not p.isdigit())
+    return f"{family}:{field}:{move.rstrip('0123456789')}"
 
 
 def counts(t) -> str:

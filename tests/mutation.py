@@ -378,6 +378,9 @@ def accuracy_oracle(model):
     return cached(truth)
 
 
+MAX_COROLLARY_INPUTS = 20_000
+
+
 class InfluenceOracle:
     """Influence oracle on a tiny model: every input of every length, every single non-final change,
     rigorous (Arb, 100 bits) ||y - y'||_2 and ||p - p'||_1; per length n the max lower and max upper
@@ -432,6 +435,11 @@ class InfluenceOracle:
                 verdict = None
         return verdict
 
+    def corollary_size(self, cor) -> int:
+        """How many changed inputs the corollary enumeration would visit."""
+        n, v, R = len(cor["prediction"]["tokens"]), self.model.config.d_vocab, cor["substitutions"]
+        return sum(math.comb(n - 1, r) * (v - 1) ** r for r in range(1, R + 1))
+
     def corollary_truth(self, cor):
         """The one-input robustness statement: prediction holds, and every change of <= R non-final
         positions keeps token k the strict argmax."""
@@ -459,6 +467,22 @@ class InfluenceOracle:
                         verdict = None
         return verdict
 
+    def _truth(self, claim):
+        """Decide an influence claim: implication from the original where it applies, else enumeration."""
+        main = {k: v for k, v in claim.items() if k != "corollary"}
+        orig_main = {k: v for k, v in self.original.items() if k != "corollary"}
+        verdict = True if implied_influence(main, orig_main) else self.main_truth(main)
+        if verdict is False:
+            return False
+        if "corollary" in claim:
+            cor, orig = claim["corollary"], self.original.get("corollary")
+            if orig is not None and implied_corollary(cor, orig):
+                c = True
+            else:
+                c = self.corollary_truth(cor)
+            verdict = False if c is False else (None if c is None else verdict)
+        return verdict
+
 
 def implied_influence(claim, original) -> bool:
     """Whether an influence claim (without corollary) follows from the verified original: same rate,
@@ -482,38 +506,6 @@ def implied_corollary(cor, original) -> bool:
                 and 1 <= cor["substitutions"] <= original["substitutions"])
     except (KeyError, TypeError, BadInput):
         return False
-
-
-MAX_COROLLARY_INPUTS = 20_000
-
-
-def _influence_truth(self, claim):
-    """Decide an influence claim: implication from the original where it applies, else enumeration."""
-    main = {k: v for k, v in claim.items() if k != "corollary"}
-    orig_main = {k: v for k, v in self.original.items() if k != "corollary"}
-    verdict = True if implied_influence(main, orig_main) else self.main_truth(main)
-    if verdict is False:
-        return False
-    if "corollary" in claim:
-        cor, orig = claim["corollary"], self.original.get("corollary")
-        if orig is not None and implied_corollary(cor, orig):
-            c = True
-        else:
-            c = self.corollary_truth(cor)
-        verdict = False if c is False else (None if c is None else verdict)
-    return verdict
-
-
-InfluenceOracle._truth = _influence_truth
-
-
-def _corollary_size(self, cor) -> int:
-    """How many changed inputs the corollary enumeration would visit."""
-    n, v, R = len(cor["prediction"]["tokens"]), self.model.config.d_vocab, cor["substitutions"]
-    return sum(math.comb(n - 1, r) * (v - 1) ** r for r in range(1, R + 1))
-
-
-InfluenceOracle.corollary_size = _corollary_size
 
 
 # --- the certificates under test ------------------------------------------------------------------
