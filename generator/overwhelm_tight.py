@@ -4,12 +4,13 @@ Float64 pipeline: the per-head tables of generator.overwhelm (scores, fixed mass
 the fixed part F_j of logit_j - logit_k (from one float forward pass at a sample t0 minus the heads'
 free terms there), the cheap bound per competitor, and for the competitors where it is not clearly
 < 0 the exact per-head maximum by Dinkelbach's parametric search (`any`: per-position maxima; `perm`:
-scipy's assignment solver). Hints carry a relative safety slack: each lambda is raised by
-SLACK x (the scale of the inequality's terms), so the checker's enclosures (64+ bits) cannot flip it,
-while lowering a lambda by far less than 2^-16 relative makes it false (mutation tests). For perm sets
+scipy's assignment solver). Hints carry a safety slack relative to the unsigned magnitude of the
+terms (which bounds the float tables' rounding, cancellation included): each lambda is raised by
+2^-28 x n_free x that scale / alpha_fix, so float error and the checker's enclosures (64+ bits)
+cannot flip it, while lowering a lambda by 2^-10 relative makes it false (mutation tests). For perm sets
 the separable bound of the relaxation "each position any of the multiset's tokens" is tried first; only
 competitors it cannot settle get assignment duals (from scipy, made feasible against the float costs
-plus a 2^-44 relative slack, with a 2^-48 pad that covers float rounding; the checker verifies exactly).
+plus a 2^-36 relative slack, with a 2^-48 pad that covers float rounding; the checker verifies exactly).
 """
 
 from fractions import Fraction
@@ -23,8 +24,8 @@ from . import certio
 from .forward import logits as forward_logits
 from .overwhelm import FloatModel, float_tables, parse_free, round_up, solve_assignment
 
-SLACK = 2.0 ** -36
-COST_SLACK = 2.0 ** -44
+SLACK = 2.0 ** -28        # lambda raised by SLACK x size / alpha_fix
+COST_SLACK = 2.0 ** -36   # dual constraints hold against cost + COST_SLACK x cost magnitude
 CHEAP_MARGIN = 2.0 ** -20   # a cheap bound above -CHEAP_MARGIN * scale goes to the exact search
 
 
@@ -55,29 +56,33 @@ def dinkelbach(b, c, fix, rows, iters=200):
     return lam
 
 
-def float_repair(M, v):
-    """Duals (u, v) as doubles with u_r + v_c >= M[r, c] + slack exactly: v from the assignment solver,
-    u_r = max_c (M[r, c] + slack - v_c) plus a pad far above float rounding, then v tightened likewise."""
-    bound = M + COST_SLACK * (1.0 + np.abs(M).max())
+def float_repair(M, mag, v):
+    """Duals (u, v) as doubles with u_r + v_c >= M[r, c] + COST_SLACK * mag exactly (mag: the magnitude
+    the float costs' rounding errors scale with): v from the assignment solver, u_r = max_c (bound - v_c)
+    plus a pad far above float rounding, then v tightened likewise."""
+    bound = M + COST_SLACK * mag
     pad = 2.0 ** -48 * (1.0 + np.abs(bound).max() + np.abs(v).max())
     u = (bound - v[None, :]).max(axis=1) + pad
     v = (bound - u[:, None]).max(axis=0) + pad
     return u, v
 
 
-def exact_lambdas(bs, cs, alpha_fix, rows, n_free):
+def exact_lambdas(bs, cs, mags, alpha_fix, rows, n_free):
     """Per head the certified lambda (exact max plus slack, rounded up to a double) and, for rows (perm),
-    the duals; rows None: the separable bound (`any`, or perm relaxed to any of the multiset's tokens)."""
+    the duals; rows None: the separable bound (`any`, or perm relaxed to any of the multiset's tokens).
+
+    mags[h][t] >= |c_hj(t)| is the unsigned magnitude (|values| @ |W_O| @ |d|) that bounds the float
+    error of c by ~2^-43 x mag (cancellation); slacks are relative to it, not to |c|."""
     lams, duals = [], ([] if rows is not None else None)
-    for b, cj, fix in zip(bs, cs, alpha_fix):
+    for b, cj, mag, fix in zip(bs, cs, mags, alpha_fix):
         lam = dinkelbach(b, cj, fix, rows)
-        size = 1.0 + n_free * b.max() * (np.abs(cj).max() + abs(lam))
-        lam = round_up(Fraction(lam + SLACK * size / fix))
+        unit = 1.0 + b.max() * (mag.max() + abs(lam))
+        lam = round_up(Fraction(lam + SLACK * n_free * unit / fix))
         lams.append(lam)
         if rows is not None:
             M = (b * (cj[:, None] - lam))[rows]
             v = solve_assignment(M, "max")[2]
-            u, v = float_repair(M, v - v.min())
+            u, v = float_repair(M, unit, v - v.min())
             duals.append({"u": [certio.num(float(x)) for x in u], "v": [certio.num(float(x)) for x in v]})
     return lams, duals
 
@@ -121,10 +126,13 @@ def generate_tight(model, prefix, query, free_spec, force=False, relax=True):
     exact_js = [j for j in range(c.d_vocab) if j != k and cheap[j] >= -CHEAP_MARGIN * scale[j]]
     exact, bound = [], cheap.copy()
     bound[k] = -np.inf
-    for j in exact_js:
-        lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], None, n_free)
+    absWd = np.abs(Wd[:, exact_js])
+    mags = [np.abs(T["values"][h]) @ np.abs(fm.WO[h]) @ absWd for h in range(c.n_heads)]
+    for n, j in enumerate(exact_js):
+        cs, ms = [C[:, j] for C in Cs], [mg[:, n] for mg in mags]
+        lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], None, n_free)
         if rows is not None and (not relax or F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]):
-            lams, duals = exact_lambdas(bs, [C[:, j] for C in Cs], T["alpha_fix"], rows, n_free)
+            lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], rows, n_free)
         entry = {"competitor": j, "lambdas": [certio.num(x) for x in lams]}
         if duals is not None:
             entry["duals"] = duals
