@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import time
 
 from checker.errors import BadInput
@@ -32,6 +33,10 @@ def cmd_accuracy(args) -> int:
     c = model.config
     if args.strategy == "brute" and c.d_vocab ** c.n_ctx > 1 << 26:
         raise BadInput(f"brute force over {c.d_vocab}^{c.n_ctx} inputs is out of range")
+    if args.strategy == "cubic" and c.d_vocab >= 256:
+        print(f"note: the cubic checker does O(d_vocab^3 n_ctx^2) exact-integer work: measured about 6 CPU-minutes "
+              f"at d_vocab 512 (docs/accuracy.md); subcubic[:svd2|:exact-eqke] is the practical choice at "
+              f"d_vocab {c.d_vocab}", file=sys.stderr)
     true_count = args.true_count if args.true_count is not None else KNOWN_EXACT.get(model.sha256)
     start = time.perf_counter()
     cert, report = make_certificate(model, args.strategy, true_count)
