@@ -5,7 +5,7 @@ Shared by tests/test_mutation.py (a CI-sized sample) and benchmarks/mutation_tal
 Moves (`mutants`):
   numeric   every exact-number string and JSON integer under claim and evidence: one ulp up and down
             (hex float: the neighbouring double; p/q or integer string: +-2^-52 relative; JSON int: +-1),
-            +-1e-9 and +-1e-3 relative, sign flip. Both directions are always tried: which one is unsafe
+            +-1e-9 and +-1e-3 relative, sign flip (moves that keep the value, like -0, are skipped). Both directions are always tried: which one is unsafe
             is the oracle's business, not the harness's.
   array     swap each element with its right neighbour; truncate (drop the last element)
   evidence  drop, duplicate or reverse list entries under evidence; drop an evidence key
@@ -100,7 +100,7 @@ def is_hex(text) -> bool:
 def number_moves(v) -> list:
     """(move name, new leaf) pairs for one numeric leaf; the new leaf keeps the leaf's JSON type."""
     if isinstance(v, int):
-        return [("int+1", v + 1), ("int-1", v - 1), ("sign", -v)] + \
+        return [("int+1", v + 1), ("int-1", v - 1)] + ([("sign", -v)] if v else []) + \
             ([("rel+1e-3", v + max(1, abs(v) // 1000)), ("rel-1e-3", v - max(1, abs(v) // 1000))]
              if abs(v) >= 1000 else [])
     x = parse_number(v, "leaf")
@@ -115,7 +115,7 @@ def number_moves(v) -> list:
         step = abs(x) * rel if x else rel
         out += [(f"rel+{name}", format_number(x + step)), (f"rel-{name}", format_number(x - step))]
     out.append(("sign", format_number(-x) if not is_hex(v) else (-float(x)).hex()))
-    return [(n, t) for n, t in out if t != v]
+    return [(n, t) for n, t in out if parse_number(t, "move") != x]    # no-ops (sign of 0) are not mutants
 
 
 STRING_ALTERNATIVES = {"rate": ["inverse", "harmonic"], "kind": ["any", "perm"], "task": ["max-of-k"],
