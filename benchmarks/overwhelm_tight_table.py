@@ -53,6 +53,38 @@ def shortest(model, tok, kind, sample, sentences, query, free, method, n_max):
     return hi
 
 
+def plot(csv_path, png_path, n_max):
+    """Bar chart of the shortest certified n_fix per row and method ("> n_max" drawn hatched at n_max)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.27
+    for m, method in enumerate(METHODS):
+        for i, r in enumerate(rows):
+            n = r[f"{method}_n"]
+            x = i + (m - 1) * width
+            if n == "":
+                ax.bar(x, n_max, width, color="none", edgecolor=f"C{m}", hatch="//")
+            else:
+                ax.bar(x, max(int(n), 2), width, color=f"C{m}", label=method if i == 0 else None)
+        ax.bar(0, 0, 0, color=f"C{m}", label=method)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r['free']}\n{r['kind']} {r['sample']}" for r in rows], fontsize=7)
+    ax.set_ylabel("shortest certified n_fix (log; hatched: none up to %d; 0 drawn at 2)" % n_max, fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    seen = {}
+    for h, l in zip(handles, labels):
+        seen.setdefault(l, h)
+    ax.legend(seen.values(), seen.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title("overwhelm on text_small, query '?': shortest prefix certified per method")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "certificates", "models", "text_small.safetensors"))
@@ -62,7 +94,11 @@ def main():
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--query-text", default=QUERY_TEXT, help="one-token query (default the paper's \"?\")")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "overwhelm_tight", "table.csv"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from --out")
     args = ap.parse_args()
+    png = os.path.splitext(args.out)[0] + ".png"
+    if args.plot_only:
+        return plot(args.out, png, args.max)
     model = load_model(args.model)
     tok = text_data.model_tokenizer(args.model, model.config.tokenizer)
     sentences = text_data.held_out_sentences("lee+enwiki")
@@ -105,6 +141,7 @@ def main():
         w = csv.DictWriter(f, keys)
         w.writeheader()
         w.writerows(rows)
+    plot(args.out, png, args.max)
     print(f"\nquery {args.query_text!r}\n| quote | fixed kind | sample | naive | lp | tight | tight / best of naive, lp |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
