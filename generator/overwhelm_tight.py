@@ -87,10 +87,11 @@ def exact_lambdas(bs, cs, mags, alpha_fix, rows, n_free):
     return lams, duals
 
 
-def generate_tight(model, prefix, query, free_spec, force=False, relax=True):
+def generate_tight(model, prefix, query, free_spec, force=False, relax=True, exact_all=False):
     """Build a tight overwhelm certificate. Returns (cert or None, report dict).
 
-    relax=False: for perm sets, every exact competitor gets assignment duals (tests)."""
+    Test levers: relax=False gives every exact perm competitor assignment duals; exact_all=True sends
+    every competitor to the exact bound (not only those the cheap bound cannot settle)."""
     c = model.config
     rb.supported(c)
     kind, n_free, multiset = parse_free(free_spec) if isinstance(free_spec, str) else free_spec
@@ -123,7 +124,7 @@ def generate_tight(model, prefix, query, free_spec, force=False, relax=True):
         hi = C.max(axis=0)
         cheap += np.where(hi >= 0, bmax * hi, bmin * hi)
     scale = 1.0 + np.abs(F)
-    exact_js = [j for j in range(c.d_vocab) if j != k and cheap[j] >= -CHEAP_MARGIN * scale[j]]
+    exact_js = [j for j in range(c.d_vocab) if j != k and (exact_all or cheap[j] >= -CHEAP_MARGIN * scale[j])]
     exact, bound = [], cheap.copy()
     bound[k] = -np.inf
     absWd = np.abs(Wd[:, exact_js])
