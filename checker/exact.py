@@ -65,6 +65,13 @@ def format_number(value) -> str:
             raise ValueError("cannot write a non-finite number into a certificate")
         return value.hex()
     value = Fraction(value)
-    if value.denominator == 1:
-        return str(value.numerator)
-    return f"{value.numerator}/{value.denominator}"
+    text = str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    den = value.denominator
+    if len(text) > 100 and den & (den - 1) == 0:
+        # A dyadic number such as 2^3000 is far shorter as a hex float, and stays within the parser's
+        # length limit, so everything this function writes parses back to the same value.
+        num, exp = value.numerator, -(den.bit_length() - 1)
+        while num % 2 == 0:
+            num, exp = num // 2, exp + 1
+        text = f"{'-' if num < 0 else ''}0x{abs(num):x}p{exp:+d}"
+    return text
