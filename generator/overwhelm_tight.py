@@ -4,10 +4,10 @@ Float64 pipeline: the per-head tables of generator.overwhelm (scores, fixed mass
 the fixed part F_j of logit_j - logit_k (from one float forward pass at a sample t0 minus the heads'
 free terms there), the cheap bound per competitor, and for the competitors where it is not clearly
 < 0 the exact per-head maximum by Dinkelbach's parametric search (`any`: per-position maxima; `perm`:
-scipy's assignment solver). Hints carry a safety slack relative to the unsigned magnitude of the
-terms (which bounds the float tables' rounding, cancellation included): each lambda is raised by
-2^-28 x n_free x that scale / alpha_fix, so float error and the checker's enclosures (64+ bits)
-cannot flip it, while lowering a lambda by 2^-10 relative makes it false (mutation tests). For perm sets
+scipy's assignment solver). Each lambda is the exact maximum plus the smallest slack (2^-40 x scale,
+grown 4x at a time) for which the inequality holds in floats against costs inflated entrywise by
+2^-36 x b (unsigned magnitude of c + |lambda|), which bounds the float tables' rounding including
+cancellation; lowering a lambda by 2^-10 relative makes it false (mutation tests). For perm sets
 the separable bound of the relaxation "each position any of the multiset's tokens" is tried first; only
 competitors it cannot settle get assignment duals (from scipy, made feasible against the float costs
 plus a 2^-36 relative slack, with a 2^-48 pad that covers float rounding; the checker verifies exactly).
@@ -24,8 +24,8 @@ from . import certio
 from .forward import logits as forward_logits
 from .overwhelm import FloatModel, float_tables, parse_free, round_up, solve_assignment
 
-SLACK = 2.0 ** -28        # lambda raised by SLACK x size / alpha_fix
-COST_SLACK = 2.0 ** -36   # dual constraints hold against cost + COST_SLACK x cost magnitude
+SLACK = 2.0 ** -40        # first lambda slack (x the scale of c and lambda), grown 4x until the float check passes
+COST_SLACK = 2.0 ** -36   # costs inflated by COST_SLACK x b (|c| magnitude + |lambda|) entrywise
 CHEAP_MARGIN = 2.0 ** -20   # a cheap bound above -CHEAP_MARGIN * scale goes to the exact search
 
 
@@ -56,34 +56,47 @@ def dinkelbach(b, c, fix, rows, iters=200):
     return lam
 
 
-def float_repair(M, mag, v):
-    """Duals (u, v) as doubles with u_r + v_c >= M[r, c] + COST_SLACK * mag exactly (mag: the magnitude
-    the float costs' rounding errors scale with): v from the assignment solver, u_r = max_c (bound - v_c)
-    plus a pad far above float rounding, then v tightened likewise."""
-    bound = M + COST_SLACK * mag
+def float_repair(bound, v):
+    """Duals (u, v) as doubles with u_r + v_c >= bound[r, c] exactly: v from the assignment solver,
+    u_r = max_c (bound - v_c) plus a pad far above float rounding, then v tightened likewise."""
     pad = 2.0 ** -48 * (1.0 + np.abs(bound).max() + np.abs(v).max())
     u = (bound - v[None, :]).max(axis=1) + pad
     v = (bound - u[:, None]).max(axis=0) + pad
     return u, v
 
 
-def exact_lambdas(bs, cs, mags, alpha_fix, rows, n_free):
-    """Per head the certified lambda (exact max plus slack, rounded up to a double) and, for rows (perm),
-    the duals; rows None: the separable bound (`any`, or perm relaxed to any of the multiset's tokens).
+def certified_lambda(b, cj, mag, fix, rows):
+    """(lambda, duals or None): the exact max plus the smallest slack (grown 4x at a time) for which the
+    inequality holds in floats against costs inflated entrywise by COST_SLACK x b (mag + |lambda|);
+    mag[t] >= |c(t)| is the unsigned magnitude ((|v_t| + |u|) @ |W_O| @ |d|) that bounds the float error
+    of c (cancellation included), so the inflated costs exceed the checker's exact upper enclosures."""
+    lam0 = dinkelbach(b, cj, fix, rows)
+    delta = SLACK * (1.0 + mag.max() + abs(lam0))
+    for _ in range(80):
+        lam = round_up(Fraction(lam0 + delta))
+        bound = b * (cj[:, None] - lam) + COST_SLACK * b * (mag[:, None] + abs(lam))
+        if rows is None:
+            total, duals = -lam * fix + bound.max(axis=0).sum(), None
+        else:
+            bound = bound[rows]
+            u, v = float_repair(bound, solve_assignment(bound, "max")[2])
+            total = -lam * fix + u.sum() + v.sum()
+            duals = {"u": [certio.num(float(x)) for x in u], "v": [certio.num(float(x)) for x in v]}
+        if total < -2.0 ** -40 * (1.0 + abs(lam) * fix + np.abs(bound).max() * len(b[0])):
+            return lam, duals
+        delta *= 4
+    return lam, duals
 
-    mags[h][t] >= |c_hj(t)| is the unsigned magnitude (|values| @ |W_O| @ |d|) that bounds the float
-    error of c by ~2^-43 x mag (cancellation); slacks are relative to it, not to |c|."""
+
+def exact_lambdas(bs, cs, mags, alpha_fix, rows):
+    """Per head the certified lambda and, for rows (perm), the duals; rows None: the separable bound
+    (`any`, or perm relaxed to any of the multiset's tokens)."""
     lams, duals = [], ([] if rows is not None else None)
     for b, cj, mag, fix in zip(bs, cs, mags, alpha_fix):
-        lam = dinkelbach(b, cj, fix, rows)
-        unit = 1.0 + b.max() * (mag.max() + abs(lam))
-        lam = round_up(Fraction(lam + SLACK * n_free * unit / fix))
+        lam, d = certified_lambda(b, cj, mag, fix, rows)
         lams.append(lam)
         if rows is not None:
-            M = (b * (cj[:, None] - lam))[rows]
-            v = solve_assignment(M, "max")[2]
-            u, v = float_repair(M, unit, v - v.min())
-            duals.append({"u": [certio.num(float(x)) for x in u], "v": [certio.num(float(x)) for x in v]})
+            duals.append(d)
     return lams, duals
 
 
@@ -128,12 +141,14 @@ def generate_tight(model, prefix, query, free_spec, force=False, relax=True, exa
     exact, bound = [], cheap.copy()
     bound[k] = -np.inf
     absWd = np.abs(Wd[:, exact_js])
-    mags = [np.abs(T["values"][h]) @ np.abs(fm.WO[h]) @ absWd for h in range(c.n_heads)]
+    # unsigned magnitudes of c = (v_t - u) W_O d: |v_t| + |u|, not |v_t - u| (which may cancel to ~0)
+    mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ absWd
+            for h in range(c.n_heads)]
     for n, j in enumerate(exact_js):
         cs, ms = [C[:, j] for C in Cs], [mg[:, n] for mg in mags]
-        lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], None, n_free)
+        lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], None)
         if rows is not None and (not relax or F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]):
-            lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], rows, n_free)
+            lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], rows)
         entry = {"competitor": j, "lambdas": [certio.num(x) for x in lams]}
         if duals is not None:
             entry["duals"] = duals
