@@ -203,30 +203,11 @@ def rank1_scores(B, T, x: list, y: list) -> dict:
     2^(2 SHIFT) ("ab_lo", "ab_hi") and eps[q] >= max_{k,k'} Rem[q,k] - Rem[q,k'] (max row-diff trick:
     sum_d |A[q,d]| (max_k B'[k,d] - min_k B'[k,d]) / s), at the same scale. O(d_vocab d_head) work.
     """
-    I = T["intervals"]
-    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
     xs, ys = B.matrix([[B.num(t)] for t in x]), B.matrix([[B.num(t)] for t in y])
     yx = (ys.T @ xs).rows()[0][0]
     if B.lower(yx) <= 0 <= B.upper(yx):
         raise Rejected("rank-1 hint", "y . x may be 0: the hint vectors do not define a projection")
-    yp = ys.scale(1 / yx)
-    Qx, Ky = Q @ xs, K @ yp
-    A = Q - Qx @ yp.T
-    Bp = K - Ky @ xs.T
-    A_lo, A_hi = bounds(B, A)
-    B_lo, B_hi = bounds(B, Bp)
-    absA = np.maximum(-A_lo, A_hi)
-    spread = B_hi.max(axis=0) - B_lo.min(axis=0)
-    inv_hi = to_ints(B.upper(inv), True)
-    eps = [-((-sum(absA[q] * spread) * inv_hi) >> SHIFT) for q in range(Q.shape[0])]
-    a_lo, a_hi = bounds(B, Qx.scale(inv))
-    b_lo, b_hi = bounds(B, Ky)
-    a_lo, a_hi, b_lo, b_hi = a_lo[:, 0], a_hi[:, 0], b_lo[:, 0], b_hi[:, 0]
-    corners = [np.multiply.outer(a, b) for a in (a_lo, a_hi) for b in (b_lo, b_hi)]
-    lo, hi = corners[0], corners[0]
-    for c in corners[1:]:
-        lo, hi = np.minimum(lo, c), np.maximum(hi, c)
-    return {"ab_lo": lo, "ab_hi": hi, "eps": np.array(eps, dtype=object), "shift": 2 * SHIFT}
+    return low_rank_scores(B, T, xs, ys.scale(1 / yx))
 
 
 def exact_scores(T) -> dict:
@@ -244,8 +225,6 @@ def rank2_scores(B, T, X: list, Y: list) -> dict:
     a_q . b_k at 2^(2 SHIFT) (sum of the two rank-1 terms' corner bounds) and the max-row-diff eps.
     O(d_vocab d_head) interval work plus O(d_vocab^2) integer work for the a . b table.
     """
-    I = T["intervals"]
-    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
     dh = len(X[0])
     xs = B.matrix([[B.num(X[0][d]), B.num(X[1][d])] for d in range(dh)])
     ys = B.matrix([[B.num(Y[0][d]), B.num(Y[1][d])] for d in range(dh)])
@@ -254,12 +233,21 @@ def rank2_scores(B, T, X: list, Y: list) -> dict:
     if B.lower(det) <= 0 <= B.upper(det):
         raise Rejected("rank-2 hint", "det(Y^T X) may be 0: the hint vectors do not define a projection")
     ginv_t = B.matrix([[g22 / det, -g21 / det], [-g12 / det, g11 / det]])     # (G^-1)^T
-    yp = ys @ ginv_t
+    return low_rank_scores(B, T, xs, ys @ ginv_t)
+
+
+def low_rank_scores(B, T, xs, yp) -> dict:
+    """The rank-r split shared by rank-1 and rank-2: xs, yp are d_head x r with yp^T xs = I.
+
+    Bounds of a_q . b_k = sum_r (Q xs / s)[q, r] (K yp)[k, r] at 2^(2 SHIFT) by interval corners per
+    rank-one term, and the max-row-diff eps of the remainder A B'^T / s, A = Q - (Q xs) yp^T,
+    B' = K - (K yp) xs^T.
+    """
+    I = T["intervals"]
+    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
     Qx, Ky = Q @ xs, K @ yp
-    A = Q - Qx @ yp.T
-    Bp = K - Ky @ xs.T
-    A_lo, A_hi = bounds(B, A)
-    B_lo, B_hi = bounds(B, Bp)
+    A_lo, A_hi = bounds(B, Q - Qx @ yp.T)
+    B_lo, B_hi = bounds(B, K - Ky @ xs.T)
     absA = np.maximum(-A_lo, A_hi)
     spread = B_hi.max(axis=0) - B_lo.min(axis=0)
     inv_hi = to_ints(B.upper(inv), True)
@@ -267,7 +255,7 @@ def rank2_scores(B, T, X: list, Y: list) -> dict:
     a_lo, a_hi = bounds(B, Qx.scale(inv))
     b_lo, b_hi = bounds(B, Ky)
     lo = hi = 0
-    for r in range(2):
+    for r in range(xs.shape[1]):
         corners = [np.multiply.outer(a, b) for a in (a_lo[:, r], a_hi[:, r]) for b in (b_lo[:, r], b_hi[:, r])]
         lo_r, hi_r = corners[0], corners[0]
         for c in corners[1:]:
