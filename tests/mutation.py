@@ -533,6 +533,7 @@ def tiny_cases(workdir: str) -> list:
     from generator.influence import corollary_certificate, influence_certificate, robust_toy_model, toy_model
     from generator.modelio import save_model
     from generator.overwhelm import generate
+    from generator.overwhelm_tight import generate_tight
     from generator.prediction import prediction_certificate
     from generator.randmodel import random_model
     from overwhelm_helpers import tiny_neox1l
@@ -556,6 +557,14 @@ def tiny_cases(workdir: str) -> list:
         assert cert is not None, rep["verdict"]
         cases.append(Case("overwhelm", f"tiny neox1l {spec[0]}/{method}", cert, path,
                           lambda m=m: overwhelm_oracle(m)))
+    tight_cases = []
+    for seed, spec in ((6, ("perm", 3, [0, 3, 4])), (14, ("any", 2, None))):
+        path, m = saved(f"ow_{seed}", tiny_neox1l(seed, qk_scale=0.5))
+        # every competitor on the exact path, perm ones with assignment duals: mutants reach every lambda/dual
+        cert, rep = generate_tight(m, [1] * 20, 2, spec, relax=False, exact_all=True)
+        assert cert is not None, rep
+        tight_cases.append(Case("overwhelm", f"tiny neox1l {spec[0]}/tight", cert, path,
+                                lambda m=m: overwhelm_oracle(m)))
     path, m = saved("acc", constructed(6, 3, 15.0, 3.0, 0.1, 1))
     for strategy in ("brute", "cubic", "subcubic:svd"):
         cert, _ = make_certificate(m, strategy)
@@ -572,7 +581,7 @@ def tiny_cases(workdir: str) -> list:
     assert cert is not None, info
     cases.append(Case("influence", "robust L2 causal v3 + corollary", cert, path,
                       lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth))
-    return cases
+    return cases + tight_cases   # appended last: the per-index tests keep their cases
 
 
 def shipped_cases(root) -> list:

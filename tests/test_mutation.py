@@ -53,6 +53,17 @@ def test_sampled_mutants_never_accepted_false(cases, shas, i):
     assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
 
 
+@pytest.mark.parametrize("name", ["tiny neox1l perm/tight", "tiny neox1l any/tight"])
+def test_tight_overwhelm_mutants_never_accepted_false(cases, shas, name):
+    """The overwhelm method `tight` (lambdas per head and competitor, assignment duals): same standard."""
+    case = next(c for c in cases if c.name == name)
+    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=7)
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=107, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+
+
 @pytest.mark.parametrize("kind", M.KINDS)
 def test_unsafe_claim_moves_are_mostly_rejected(cases, shas, kind):
     """Every claim-strengthening numeric move of the kind's cases: none accepted-false, most rejected."""
