@@ -42,6 +42,11 @@ def cmd_overwhelm(args) -> int:
     else:
         raise BadInput("give --query-id or --query-text")
     free = args.free
+    if free.startswith("upto:"):   # generator/overwhelm_upto.py
+        from .overwhelm_upto import format_report as upto_report, generate_upto, parse_upto
+        cert, report = generate_upto(model, prefix, query, parse_upto(free), args.method, args.value_bound,
+                                     args.hints)
+        return _finish(args, cert, report, upto_report)
     if free.startswith("perm-text:"):
         free = "perm:" + ",".join(str(t) for t in _tokenizer_ids(model, free[len("perm-text:"):], "--free"))
     spec = parse_free(free)
@@ -56,6 +61,11 @@ def cmd_overwhelm(args) -> int:
         cert, report = generate_tight(model, prefix, query, spec)
     else:
         cert, report = generate(model, prefix, query, spec, args.method, args.value_bound, args.hints)
+    return _finish(args, cert, report, format_report)
+
+
+def _finish(args, cert, report, format_report) -> int:
+    """Write the certificate (if any), print the report; exit 0 when written, else 3."""
     if cert is not None:
         certio.write(args.out, cert)
         report["out"] = args.out
@@ -75,7 +85,7 @@ def add_commands(sub):
     p.add_argument("--prefix-text")
     p.add_argument("--query-id", type=int)
     p.add_argument("--query-text")
-    p.add_argument("--free", required=True, help="any:N | perm:ID,ID,... | perm-text:TEXT")
+    p.add_argument("--free", required=True, help="any:N | perm:ID,ID,... | perm-text:TEXT | upto:N (every length 0..N)")
     p.add_argument("--method", choices=["naive", "lp", "tight"], default="lp",
                    help="tight: competitor-wise, exact per head (Dinkelbach); ignores --value-bound/--hints")
     p.add_argument("--value-bound", choices=["auto", "table", "norm"], default="auto")

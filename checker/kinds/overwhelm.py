@@ -3,7 +3,8 @@ token of M(s + t + q) is k (the model is "overwhelmed" by s; arXiv 2024, Algorit
 
 claim    {"prefix": [int, ...], "query": int, "predicted": int,
           "free": {"kind": "any", "length": N}            every string of N tokens, or
-                  {"kind": "perm", "tokens": [int, ...]}  every permutation of this multiset}
+                  {"kind": "perm", "tokens": [int, ...]}  every permutation of this multiset, or
+                  {"kind": "upto", "length": N}           every string of every length 0..N (check_upto)}
 evidence {"method": "naive" | "lp" ("tight": see checker/overwhelm_tight.py), "value_bound": "table" | "norm",
           "lp_duals": [{"min": {"u": [...], "v": [...]}, "max": {"u": [...], "v": [...]}} per head]
                       (method "lp" only; rows = multiset entries in claim order, columns = free positions),
@@ -43,7 +44,8 @@ def parse_claim(claim: dict, cfg):
     k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)
     free = claim["free"]
     if not isinstance(free, dict) or free.get("kind") not in ("any", "perm"):
-        raise BadInput('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]}')
+        raise BadInput('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]} '
+                       'or {"kind": "upto", "length": N}')
     if free["kind"] == "any":
         fields(free, "claim.free", {"kind", "length"})
         n_free, multiset = parse_int(free["length"], "claim.free.length", 1, cfg.n_ctx), None
@@ -104,10 +106,56 @@ def alpha_bounds(B, heads, method, duals, multiset) -> list:
 
 
 def check(model, claim, evidence, B, ob):
-    """Verify an overwhelm certificate."""
+    """Verify an overwhelm certificate (free kinds any/perm here; upto: check_upto)."""
     cfg = model.config
     ob_bounds.supported(cfg)
+    if isinstance(claim, dict) and isinstance(claim.get("free"), dict) and claim["free"].get("kind") == "upto":
+        return check_upto(model, claim, evidence, B, ob)
     prefix, query, k, kind, n_free, multiset = parse_claim(claim, cfg)
+    check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, ob)
+
+
+def check_upto(model, claim, evidence, B, ob):
+    """free {"kind": "upto", "length": N}: every free string of every length L = 0..N (Definition 1.1).
+
+    evidence {"lengths": [e_0, ..., e_N]}: e_0 is a prediction claim on prefix + [query] predicting k;
+    e_L (L >= 1) is exactly the evidence of the any:L certificate for the same prefix, query and k, and
+    is checked by check_fixed_length. All lengths must pass; the claim is their conjunction."""
+    cfg = model.config
+    fields(claim, "claim", {"prefix", "query", "predicted", "free"})
+    fields(claim["free"], "claim.free", {"kind", "length"})
+    n = parse_int(claim["free"]["length"], "claim.free.length", 0, cfg.n_ctx)
+    prefix = parse_tokens(claim["prefix"], "claim.prefix", cfg, 0)
+    query = parse_int(claim["query"], "claim.query", 0, cfg.d_vocab - 1)
+    k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)
+    if len(prefix) + n + 1 > cfg.n_ctx:
+        raise BadInput(f"claim: n_fix + N + 1 = {len(prefix) + n + 1} exceeds n_ctx = {cfg.n_ctx}")
+    fields(evidence, "evidence", {"lengths"})
+    lengths = evidence["lengths"]
+    if not isinstance(lengths, list) or len(lengths) != n + 1:
+        got = len(lengths) if isinstance(lengths, list) else "no list"
+        raise BadInput(f"evidence.lengths: must list evidence for each length 0..{n} ({n + 1} entries), "
+                       f"got {got}")
+    sample = lengths[0]
+    tokens, predicted, _ = parse_prediction(sample, cfg, "evidence.lengths[0]")
+    ob.require(tokens == list(prefix) + [query], "length 0: sample is prefix + query",
+               "evidence.lengths[0].tokens is not prefix + [query]")
+    ob.require(predicted == k, "length 0: prediction", f"length 0 predicts {predicted}, the claim says {k}")
+    check_claim(B, model, sample, ob, "evidence.lengths[0]")
+    for L in range(1, n + 1):
+        try:
+            check_fixed_length(model, prefix, query, k, L, None, lengths[L], B, ob)
+        except Rejected as e:
+            raise Rejected(f"length {L}: {e.obligation}", e.detail) from e
+        except BadInput as e:
+            raise BadInput(f"evidence.lengths[{L}]: {e}") from e
+    ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and every string of length 0..{n} "
+                  f"in between, the next token is {k} (each of the {n + 1} lengths certified separately)")
+
+
+def check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, ob):
+    """Verify the evidence for one free length (any:n_free, or perm of multiset); sets ob.summary."""
+    cfg = model.config
     if isinstance(evidence, dict) and evidence.get("method") == "tight":   # checker/overwhelm_tight.py
         return check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob)
     fields(evidence, "evidence", {"method", "value_bound", "deviation", "sample"}, {"lp_duals"})
