@@ -152,3 +152,16 @@ def exhaustive_confirms(model, prefix, query, kind, n_free, multiset, k):
             return False, float(gap)
         worst = min(worst, float(gap))
     return True, worst
+
+
+def verdict(model, cert, backend):
+    """'VERIFIED' or 'REJECTED: ...' from the overwhelm kind's check on an in-memory model."""
+    from checker.errors import BadInput, Rejected
+    from checker.interval import make_backend
+    from checker.kinds.overwhelm import check
+    from checker.verify import Obligations
+    try:
+        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
+        return "VERIFIED"
+    except (Rejected, BadInput) as e:
+        return f"REJECTED: {e}"

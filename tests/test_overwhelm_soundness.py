@@ -12,24 +12,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker.errors import BadInput, Rejected
-from checker.interval import make_backend
-from checker.kinds.overwhelm import check
-from checker.verify import Obligations
 from conftest import example_scale
 from generator.overwhelm import generate
-from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l
+from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l, verdict
 
 MIN_VERIFIED_FRACTION = 0.2
-
-
-def verdict(model, cert, backend):
-    """'VERIFIED' or 'REJECTED: obligation' from the kind's check on an in-memory model."""
-    try:
-        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
-        return "VERIFIED"
-    except (Rejected, BadInput) as e:
-        return f"REJECTED: {e}"
 
 
 @st.composite

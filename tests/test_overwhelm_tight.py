@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker.errors import BadInput, Rejected
+from checker.errors import BadInput
 from checker.exact import format_number, parse_number
 from checker.interval import make_backend
 from checker.kinds.overwhelm import check
@@ -19,18 +19,9 @@ from checker.verify import Obligations
 from conftest import example_scale
 from generator.overwhelm import FloatModel, float_tables, generate
 from generator.overwhelm_tight import generate_tight
-from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l
+from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l, verdict
 
 BACKENDS = ("flint", "mpmath")
-
-
-def verdict(model, cert, backend):
-    """'VERIFIED' or 'REJECTED: ...' from the kind's check on an in-memory model."""
-    try:
-        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
-        return "VERIFIED"
-    except (Rejected, BadInput) as e:
-        return f"REJECTED: {e}"
 
 
 @st.composite
