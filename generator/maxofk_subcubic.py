@@ -36,14 +36,18 @@ def top2_excl(M):
     return X
 
 
-def svd_factors(model, T):
-    """Rank-1 factors of EQKE = Q K^T / s: hint vectors x, y with Q x ~ sigma1 u1, K y ~ v1 (y.x ~ 1)."""
+def query_key_factors(model):
+    """Q = (E + P_last) W_Q + b_Q and K = E W_K (float64): EQKE = Q K^T / s without forming it."""
     c = model.config
     t = {k: np.asarray(v, dtype=np.float64) for k, v in model.tensors.items()}
     E, P = t["embed.W_E"], t["pos_embed.W_pos"]
     p = "blocks.0.attn."
-    Q = (E + P[c.n_ctx - 1]) @ t[p + "W_Q"][0] + t[p + "b_Q"][0]
-    K = E @ t[p + "W_K"][0]
+    return (E + P[c.n_ctx - 1]) @ t[p + "W_Q"][0] + t[p + "b_Q"][0], E @ t[p + "W_K"][0]
+
+
+def svd_factors(model, T):
+    """Rank-1 factors of EQKE = Q K^T / s: hint vectors x, y with Q x ~ sigma1 u1, K y ~ v1 (y.x ~ 1)."""
+    Q, K = query_key_factors(model)
     # top singular pair of Q K^T by power iteration on the factors: O(iterations * d_vocab * d_head)
     vk = np.ones(K.shape[0]) / np.sqrt(K.shape[0])
     for _ in range(200):
@@ -58,12 +62,7 @@ def svd_factors(model, T):
 def svd2_factors(model):
     """Rank-2 hints: X = [x1, x2], Y = [y1, y2] with Q x_i = sigma_i u_i, K y_i = sigma_i v_i for the top
     two singular pairs of Q K^T, from thin QR factors (O(d_vocab d_head^2); EQKE is never formed)."""
-    c = model.config
-    t = {k: np.asarray(v, dtype=np.float64) for k, v in model.tensors.items()}
-    E, P = t["embed.W_E"], t["pos_embed.W_pos"]
-    p = "blocks.0.attn."
-    Q = (E + P[c.n_ctx - 1]) @ t[p + "W_Q"][0] + t[p + "b_Q"][0]
-    K = E @ t[p + "W_K"][0]
+    Q, K = query_key_factors(model)
     UQ, RQ = np.linalg.qr(Q)
     UK, RK = np.linalg.qr(K)
     W, sig, Zt = np.linalg.svd(RQ @ RK.T)
@@ -121,7 +120,7 @@ def svd2_score_bounds(model):
 
 def value_bounds(T):
     """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j]."""
-    n, v = T["n"], T["v"]
+    n = T["n"]
     EU, EV, PV = T["EU"], T["EV"], T["PV"]
     Pn = (PV[: n - 1, None, :] - PV[: n - 1, :, None]).max(axis=0)     # (m, x)
     G = EV - np.diag(EV)[:, None] + Pn                                  # (m, x)
