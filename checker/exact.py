@@ -58,6 +58,14 @@ def parse_int(value, where: str, lo: int | None = None, hi: int | None = None) -
     return value
 
 
+def parse_vector(value, where: str, length: int, length_name: str) -> list:
+    """A JSON list of exactly `length` certificate numbers, as Fractions, or BadInput naming `where`
+    and the dimension (`length_name`, e.g. "d_head") the length must equal."""
+    if not isinstance(value, list) or len(value) != length:
+        raise BadInput(f"{where}: must be a list of {length_name} = {length} exact numbers")
+    return [parse_number(x, f"{where}[{i}]") for i, x in enumerate(value)]
+
+
 def format_number(value) -> str:
     """Write a rational (Fraction, int, or an exact Python float) in certificate form."""
     if isinstance(value, float):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..envelope import fields
 from ..errors import BadInput
-from ..exact import parse_int, parse_number
+from ..exact import parse_int, parse_number, parse_vector
 from ..maxofk_tables import (centred_upper, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
                              rank2_scores, require_maxofk, value_bounds, value_tables)
 from ..verify import show
@@ -223,13 +223,7 @@ def parse_subcubic(evidence, cfg):
     variant = evidence.get("variant")
     if variant == "svd":
         fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
-        vecs = []
-        for key in ("x", "y"):
-            vec = evidence[key]
-            if not isinstance(vec, list) or len(vec) != cfg.d_head:
-                raise BadInput(f"evidence.{key}: must be a list of d_head = {cfg.d_head} numbers")
-            vecs.append([parse_number(t, f"evidence.{key}[{i}]") for i, t in enumerate(vec)])
-        x, y = vecs
+        x, y = (parse_vector(evidence[key], f"evidence.{key}", cfg.d_head, "d_head") for key in ("x", "y"))
     elif variant == "svd2":
         fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
         x, y = (parse_pair(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))

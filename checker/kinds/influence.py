@@ -28,7 +28,7 @@ import numpy as np
 
 from ..envelope import fields
 from ..errors import BadInput
-from ..exact import parse_int, parse_number
+from ..exact import parse_int, parse_number, parse_vector
 from ..verify import show
 from .prediction import check_claim as check_prediction
 from .prediction import parse_claim as parse_prediction
@@ -306,12 +306,8 @@ def parse(model, claim, evidence):
                        "H_n^(L-1)/n, not 1/n (docs/influence.md)")
     bounds = {k: parse_number(claim[k], f"claim.{k}") for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
     power = parse_int(evidence["power"], "evidence.power", 0, MAX_POWER)
-    centers = []
-    for key in ("embed_center", "unembed_center"):
-        c = evidence[key]
-        if not isinstance(c, list) or len(c) != cfg.d_model:
-            raise BadInput(f"evidence.{key}: must be a list of d_model={cfg.d_model} numbers")
-        centers.append([parse_number(x, f"evidence.{key}[{i}]") for i, x in enumerate(c)])
+    centers = [parse_vector(evidence[key], f"evidence.{key}", cfg.d_model, "d_model")
+               for key in ("embed_center", "unembed_center")]
     consts = evidence["constants"]
     if not isinstance(consts, dict) or len(consts) > 100_000:
         raise BadInput("evidence.constants: must be an object of named numbers")
