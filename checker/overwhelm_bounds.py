@@ -35,9 +35,10 @@ MAX_TABLE_ENTRIES = 1 << 25   # allowed tokens x d_vocab x heads for the exact v
 
 def supported(cfg):
     """Raise BadInput unless the model has the shape the overwhelm argument needs."""
-    if cfg.n_layers != 1 or not cfg.rotary or cfg.final_ln or not (cfg.attn_only or cfg.parallel_attn_mlp):
-        raise BadInput("overwhelm: needs a 1-layer rotary model without final LN whose MLP (if any) "
-                       "is parallel to attention (neox1l)")
+    positions_ok = cfg.rotary or cfg.positional_embedding_type == "none"   # LN rows position-independent
+    if cfg.n_layers != 1 or not positions_ok or not (cfg.attn_only or cfg.parallel_attn_mlp):
+        raise BadInput("overwhelm: needs a 1-layer rotary (or position-free) model whose MLP (if any) is parallel to attention "
+                       "(neox1l, GPT-NeoX/Pythia use_parallel_residual); a sequential (GPT-2 style) MLP is not supported")
 
 
 CHUNK = 2048   # allowed tokens processed at a time (bounds memory on vocabulary-sized free sets)

@@ -20,6 +20,11 @@ for the competitors listed in `evidence.exact`; every other competitor must pass
 (beta from the naive free-mass bounds: R = beta * weighted mean of c with beta in [beta_min, beta_max]).
 Overwhelmed: every competitor's bound (cheap, or F_j + sum_h lambda_hj) is < 0. Heads share the free
 tokens, so summing per-head maxima is a (sound) relaxation.
+
+With a final LayerNorm (evidence.final_ln, checker/overwhelm_final_ln.py) the same bounds run on the
+residual rows transformed by P diag(w) and give U_j >= max over T of the linear part; each competitor
+then needs max(U_j/sigma_lo, U_j/sigma_hi) + e_j < 0 (the cheap bound too), with sigma_lo/sigma_hi
+confirmed first.
 """
 
 from fractions import Fraction
@@ -27,6 +32,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import overwhelm_bounds as ob_bounds
+from . import overwhelm_final_ln as final_ln
 from .envelope import fields
 from .errors import BadInput, Rejected
 from .exact import parse_int, parse_number
@@ -34,9 +40,35 @@ from .forward import Weights, layer_norm, mlp
 from .verify import show
 
 
+def parse_head_bounds(e, where: str, cfg, perm: bool, n_free: int):
+    """{"lambdas": [per head][, "duals": [per head {u, v}] (perm only)]} -> (lambdas, duals or None)."""
+    lams = e["lambdas"]
+    if not isinstance(lams, list) or len(lams) != cfg.n_heads:
+        raise BadInput(f"{where}.lambdas: must list {cfg.n_heads} numbers (one per head)")
+    lams = [parse_number(x, f"{where}.lambdas[{h}]") for h, x in enumerate(lams)]
+    duals = None
+    if perm and "duals" in e:   # without duals: the separable bound over the multiset's tokens
+        d = e["duals"]
+        if not isinstance(d, list) or len(d) != cfg.n_heads:
+            raise BadInput(f"{where}.duals: must list {cfg.n_heads} dual pairs (one per head)")
+        duals = []
+        for h, uv in enumerate(d):
+            fields(uv, f"{where}.duals[{h}]", {"u", "v"})
+            pair = []
+            for vec in ("u", "v"):
+                xs = uv[vec]
+                if not isinstance(xs, list) or len(xs) != n_free:
+                    raise BadInput(f"{where}.duals[{h}].{vec}: must list {n_free} exact numbers")
+                pair.append([parse_number(x, f"{where}.duals[{h}].{vec}[{i}]") for i, x in enumerate(xs)])
+            duals.append(pair)
+    elif "duals" in e:
+        raise BadInput(f"{where}.duals: only for a perm free set")
+    return lams, duals
+
+
 def parse_exact(evidence, cfg, k: int, perm: bool, n_free: int) -> dict:
     """evidence.exact -> {competitor j: (lambdas per head, duals per head or None)}."""
-    fields(evidence, "evidence", {"method", "exact"})
+    fields(evidence, "evidence", {"method", "exact"}, {"final_ln"})
     raw = evidence["exact"]
     if not isinstance(raw, list):
         raise BadInput("evidence.exact: must be a list of {competitor, lambdas[, duals]}")
@@ -47,29 +79,23 @@ def parse_exact(evidence, cfg, k: int, perm: bool, n_free: int) -> dict:
         j = parse_int(e["competitor"], where + ".competitor", 0, cfg.d_vocab - 1)
         if j == k or j in out:
             raise BadInput(f"{where}.competitor: {j} is the claimed token or listed twice")
-        lams = e["lambdas"]
-        if not isinstance(lams, list) or len(lams) != cfg.n_heads:
-            raise BadInput(f"{where}.lambdas: must list {cfg.n_heads} numbers (one per head)")
-        lams = [parse_number(x, f"{where}.lambdas[{h}]") for h, x in enumerate(lams)]
-        duals = None
-        if perm and "duals" in e:   # without duals: the separable bound over the multiset's tokens
-            d = e["duals"]
-            if not isinstance(d, list) or len(d) != cfg.n_heads:
-                raise BadInput(f"{where}.duals: must list {cfg.n_heads} dual pairs (one per head)")
-            duals = []
-            for h, uv in enumerate(d):
-                fields(uv, f"{where}.duals[{h}]", {"u", "v"})
-                pair = []
-                for vec in ("u", "v"):
-                    xs = uv[vec]
-                    if not isinstance(xs, list) or len(xs) != n_free:
-                        raise BadInput(f"{where}.duals[{h}].{vec}: must list {n_free} exact numbers")
-                    pair.append([parse_number(x, f"{where}.duals[{h}].{vec}[{i}]") for i, x in enumerate(xs)])
-                duals.append(pair)
-        elif "duals" in e:
-            raise BadInput(f"{where}.duals: only for a perm free set")
-        out[j] = (lams, duals)
+        out[j] = parse_head_bounds(e, where, cfg, perm, n_free)
     return out
+
+
+def parse_final_ln(evidence, cfg, perm: bool, n_free: int):
+    """evidence.final_ln (present iff the model has a final LN) -> checker.overwhelm_final_ln.parse's dict
+    with "variance" replaced by (lambdas, duals or None); None without a final LN."""
+    if cfg.final_ln != ("final_ln" in evidence):
+        raise BadInput("evidence.final_ln: required exactly when the model has a final LayerNorm "
+                       f"(final_ln = {cfg.final_ln})")
+    if not cfg.final_ln:
+        return None
+    fl = final_ln.parse(evidence["final_ln"], cfg)
+    where = "evidence.final_ln.variance"
+    fields(fl["variance"], where, {"lambdas"}, {"duals"})
+    fl["variance"] = parse_head_bounds(fl["variance"], where, cfg, perm, n_free)
+    return fl
 
 
 def diff_unembed(B, model, k: int, cols: list):
@@ -79,8 +105,9 @@ def diff_unembed(B, model, k: int, cols: list):
     return B.array(WU[:, cols]) - outer
 
 
-def fixed_part(B, model, W, heads, query: int, k: int, Wd) -> list:
-    """Upper bounds (Fractions) of F_j for the columns of Wd (the fixed part of logit_j - logit_k)."""
+def fixed_residual(B, model, W, heads, query: int):
+    """The fixed part f of the last position's residual (1 x d_model): E[q] + b_O + sum_h (b_V^h + u_h) W_O^h
+    + MLP(ln2(E[q])) (parallel MLP: it reads the query's own embedding only)."""
     cfg = model.config
     pre = "blocks.0.attn."
     x = B.array(model.tensors["embed.W_E"][[query]]) + W.mat(pre + "b_O")
@@ -90,7 +117,7 @@ def fixed_part(B, model, W, heads, query: int, k: int, Wd) -> list:
     if not cfg.attn_only:
         ln2 = ("blocks.0.ln1" if cfg.shared_ln else "blocks.0.ln2") if cfg.has_ln else None
         x = x + mlp(B, W, cfg, 0, layer_norm(B, B.array(model.tensors["embed.W_E"][[query]]), W, ln2, cfg.eps))
-    return (x @ Wd).rows()[0]
+    return x
 
 
 def tables(B, model, W, heads, allowed: list, n_free: int):
@@ -142,8 +169,9 @@ def dinkelbach(B, hd, b: list, c: list, lam: Fraction, rows, duals, name: str) -
                        f"lambda {show(lam)} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
 
 
-def separable_batch(B, hd, b: list, C, lams: list, js: list, h: int) -> None:
-    """The Dinkelbach inequality without duals for many competitors js of head h at once.
+def separable_batch(B, hd, b: list, C, lams: list, js: list, h: int, what: str = "competitor") -> None:
+    """The Dinkelbach inequality without duals for many competitors js of head h at once (`what` names
+    them in messages: "competitor" j, or the final LN's "variance direction").
 
     C[t][n] encloses c_hj(t) for j = js[n]. The costs b_i(t) (c(t) - lambda_j) form one interval matrix
     K = blk @ C - bcol @ lambda with rows (i, t) (blk[(i, t), s] = b_i(t) if s = t else 0, bcol = b_i(t)),
@@ -158,32 +186,70 @@ def separable_batch(B, hd, b: list, C, lams: list, js: list, h: int) -> None:
     for n, j in enumerate(js):
         total = B.upper(-L[n] * hd.alpha_fix) + sum(hi[n] for hi in his)
         if total > 0:
-            raise Rejected(f"overwhelm tight: head {h}, competitor {j}: Dinkelbach inequality",
+            raise Rejected(f"overwhelm tight: head {h}, {what} {j}: Dinkelbach inequality",
                            f"lambda {show(lams[n])} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
+
+
+def variance_bound(B, heads, b, Ps, f, fl, rows) -> Fraction:
+    """m <= min over T of v . r for the final LN's direction v = P g: the exact per-head bound (lambdas,
+    duals for perm if given) on the direction -v, m = -(upper(-v . f) + sum_h lambda_h)."""
+    v, _ = final_ln.centred_direction(fl["g"])
+    col = B.matrix([[B.num(-x)] for x in v])
+    lams, duals = fl["variance"]
+    for h, hd in enumerate(heads):
+        C = Ps[h] @ col
+        if duals is None:
+            separable_batch(B, hd, b[h], C, [lams[h]], ["-v"], h, "final LN direction")
+        else:
+            dinkelbach(B, hd, b[h], [r[0] for r in C.rows()], lams[h], rows, duals[h],
+                       f"overwhelm tight: head {h}, final LN direction -v")
+    return -(B.upper((f @ col).rows()[0][0]) + sum(lams))
 
 
 def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> None:
     """Verify a tight overwhelm certificate (claim already parsed by checker.kinds.overwhelm)."""
     cfg = model.config
     exact = parse_exact(evidence, cfg, k, multiset is not None, n_free)
+    fl = parse_final_ln(evidence, cfg, multiset is not None, n_free)
     allowed = list(range(cfg.d_vocab)) if multiset is None else sorted(set(multiset))
     if len(allowed) * cfg.d_vocab * cfg.n_heads > ob_bounds.MAX_TABLE_ENTRIES:
         raise BadInput(f"overwhelm tight: the value table would exceed {ob_bounds.MAX_TABLE_ENTRIES} entries")
     W = Weights(B, model)
     H, na = cfg.n_heads, len(allowed)
+    rows = None if multiset is None else [allowed.index(t) for t in multiset]
     with ob.step("scores, fixed masses, value means"):
         heads = ob_bounds.prepare(B, model, prefix, query, [], n_free, "table", (), W)
         b, Ps, P = tables(B, model, W, heads, allowed, n_free)
         beta = [beta_bounds(B, hd, bh) for hd, bh in zip(heads, b)]
     with ob.step("fixed part F_j"):
         Wd = diff_unembed(B, model, k, list(range(cfg.d_vocab)))
-        bU = W.vec("unembed.b_U")
-        fixed = [B.upper(x + bU[j] - bU[k]) for j, x in enumerate(fixed_part(B, model, W, heads, query, k, Wd))]
+        f = fixed_residual(B, model, W, heads, query)
+        if fl is None:   # logit_j - logit_k = F_j + sum_h R_hj: sigma = 1, e = 0
+            bU = W.vec("unembed.b_U")
+            fixed = [B.upper(x + bU[j] - bU[k]) for j, x in enumerate((f @ Wd).rows()[0])]
+            offs, s_lo, s_hi, raw = [Fraction(0)] * cfg.d_vocab, Fraction(1), Fraction(1), Ps
+        else:            # (u_jk . r)/sigma + e_jk with u_jk . r = (r T) . d_jk, T = P diag(w)
+            T = final_ln.transform(B, W, cfg.d_model)
+            fixed = [B.upper(x) for x in ((f @ T) @ Wd).rows()[0]]
+            offs, s_lo, s_hi = final_ln.offsets(B, W, k, Wd), fl["sigma_lo"], fl["sigma_hi"]
+            raw, Ps, P = Ps, [Ph @ T for Ph in Ps], P @ T
+    if fl is not None:
+        with ob.step("final LN: sigma upper bound"):
+            final_ln.check_sigma_hi(B, cfg, f, raw, beta, s_hi)
+        with ob.step("final LN: sigma lower bound (variance direction)"):
+            m = variance_bound(B, heads, b, raw, f, fl, rows)
+            final_ln.check_sigma_lo(cfg, m, final_ln.centred_direction(fl["g"])[1], s_lo)
+
+    def decide(U, j):
+        """The bound on logit_j - logit_k from an upper bound U of its (final-LN-free) linear part."""
+        return final_ln.decide(U, offs[j], s_lo, s_hi)
+
     with ob.step("cheap bound (value extremes x beta)"):
         C = P @ Wd
         cheap = [fixed[j] for j in range(cfg.d_vocab)]
         for h, (_, hi) in enumerate(C.col_bounds(H)):
             cheap = [x + top(beta[h], y) for x, y in zip(cheap, hi)]
+        cheap = [decide(x, j) for j, x in enumerate(cheap)]
         failing = [j for j in range(cfg.d_vocab) if j != k and j not in exact and cheap[j] >= 0]
         if failing:
             j = failing[0]
@@ -193,7 +259,6 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
     worst = max((cheap[j] for j in range(cfg.d_vocab) if j != k and j not in exact), default=None)
     with ob.step(f"exact per-head bounds ({len(exact)} competitors)"):
         sel = sorted(exact)
-        rows = None if multiset is None else [allowed.index(t) for t in multiset]
         sep = [j for j in sel if exact[j][1] is None]
         dual = [j for j in sel if exact[j][1] is not None]
         Wsep = diff_unembed(B, model, k, sep) if sep else None
@@ -207,11 +272,14 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
                     dinkelbach(B, hd, b[h], [Cd[t][n] for t in range(na)], exact[j][0][h], rows, exact[j][1][h],
                                f"overwhelm tight: head {h}, competitor {j}")
         for j in sel:
-            bound = fixed[j] + sum(exact[j][0])
+            bound = decide(fixed[j] + sum(exact[j][0]), j)
             ob.require(bound < 0, "overwhelm tight: exact bound < 0",
-                       f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0")
+                       f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0" if fl is None else
+                       f"competitor {j}: max over sigma in [sigma_lo, sigma_hi] of (F_j + sum_h lambda_hj)/sigma "
+                       f"+ e_j = {show(bound)} is not < 0")
             worst = bound if worst is None else max(worst, bound)
     free = f"any string of {n_free} tokens" if multiset is None else f"every permutation of {n_free} tokens"
+    fln = "" if fl is None else f"; final LN sigma in [{show(s_lo)}, {show(s_hi)}]"
     ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and {free} in between, the next token "
                   f"is {k} (tight: max over competitors j of the bound on logit_j - logit_k <= {show(worst)}; "
-                  f"{len(exact)} of {cfg.d_vocab - 1} competitors needed the exact per-head bound)")
+                  f"{len(exact)} of {cfg.d_vocab - 1} competitors needed the exact per-head bound{fln})")

@@ -205,6 +205,8 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     obligation and rejects at the last one, W < PTP/2)."""
     c = model.config
     rb.supported(c)
+    if c.final_ln:   # the checker refuses naive/lp evidence for these (checker/kinds/overwhelm.py)
+        raise BadInput("overwhelm: a model with a final LayerNorm is certified only by --method tight")
     kind, n_free, multiset = parse_free(free_spec) if isinstance(free_spec, str) else free_spec
     if method == "lp" and multiset is None:
         method = "naive"   # the LP needs a permutation set; any:N has per-position independence

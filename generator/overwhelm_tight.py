@@ -21,8 +21,8 @@ from checker import overwhelm_bounds as rb
 from checker.errors import BadInput
 
 from . import certio
-from .forward import logits as forward_logits
-from .overwhelm import FloatModel, float_tables, parse_free, round_up, solve_assignment
+from .forward import logits as forward_logits, residuals
+from .overwhelm import FloatModel, float_tables, parse_free, round_down, round_up, solve_assignment
 
 SLACK = 2.0 ** -40        # first lambda slack (x the scale of c and lambda), grown 4x until the float check passes
 COST_SLACK = 2.0 ** -36   # costs inflated by COST_SLACK x b (|c| magnitude + |lambda|) entrywise
@@ -100,6 +100,57 @@ def exact_lambdas(bs, cs, mags, alpha_fix, rows):
     return lams, duals
 
 
+def final_ln_directions(model, Wd):
+    """u_jk = P (w * (W_U[:, j] - W_U[:, k])) as the columns of P diag(w) Wd (float64)."""
+    d = model.config.d_model
+    w = np.asarray(model.tensors["ln_final.w"], np.float64)
+    return ((np.eye(d) - 1.0 / d) * w[None, :]) @ Wd
+
+
+def final_ln_hints(model, fm, T, prefix, query, t0, k, D, raws, R0vec, bs, betas, rows, relax):
+    """Float pieces of the final-LN argument (checker/overwhelm_final_ln.py): (F, e, s_lo, s_hi, entry).
+
+    F_j = f . u_jk is the fixed part (D's columns are u_jk), e_j the offset; f is the sample's residual
+    minus the heads' free terms at the sample. sigma_hi from the triangle inequality, sigma_lo from the
+    hint g = P r0 with Dinkelbach lambdas for the direction -P g; both rounded with slack."""
+    c, t = model.config, model.tensors
+    d = c.d_model
+    eps = float(c.eps)
+    lnb = np.asarray(t["ln_final.b"], np.float64)
+    Wd = fm.WU - fm.WU[:, [k]]
+    bU = np.asarray(t["unembed.b_U"], np.float64)
+    r0 = residuals(model, np.asarray(list(prefix) + list(t0) + [query]))[-1][-1]
+    f = r0 - R0vec
+    e = lnb @ Wd + bU - bU[k]
+
+    def centred(x):
+        return x - x.mean(axis=-1, keepdims=True)
+
+    N = np.linalg.norm(centred(f)) + sum(bmax * np.linalg.norm(centred(R), axis=1).max()
+                                         for (_, bmax), R in zip(betas, raws))
+    s_hi = round_up(Fraction(float(np.sqrt((N * (1 + 2.0 ** -30)) ** 2 / d + eps)) * (1 + 2.0 ** -30)))
+    g = centred(r0)
+    v = centred(g)
+    cs = [R @ -v for R in raws]
+    mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ np.abs(v)
+            for h in range(c.n_heads)]
+    lams, duals = exact_lambdas(bs, cs, mags, T["alpha_fix"], None)
+    m = float(v @ f) - sum(lams)
+    if rows is not None and (not relax or m <= 0):
+        lams, duals = exact_lambdas(bs, cs, mags, T["alpha_fix"], rows)
+        m = float(v @ f) - sum(lams)
+    m -= 2.0 ** -30 * (np.linalg.norm(v) * np.linalg.norm(f) + sum(abs(x) for x in lams))
+    vv = float(v @ v)
+    s_lo2 = eps + (m * m / (d * vv) if m > 0 and vv > 0 else 0.0)
+    s_lo = round_down(Fraction(float(np.sqrt(s_lo2)) * (1 - 2.0 ** -40)))
+    var = {"lambdas": [certio.num(x) for x in lams]}
+    if duals is not None:
+        var["duals"] = duals
+    entry = {"variance_direction": [certio.num(float(x)) for x in g], "variance": var,
+             "sigma_lo": certio.num(s_lo), "sigma_hi": certio.num(s_hi)}
+    return f @ D, e, s_lo, s_hi, entry
+
+
 def generate_tight(model, prefix, query, free_spec, force=False, relax=True, exact_all=False):
     """Build a tight overwhelm certificate. Returns (cert or None, report dict).
 
@@ -118,53 +169,72 @@ def generate_tight(model, prefix, query, free_spec, force=False, relax=True, exa
     lg = forward_logits(model, np.asarray([list(prefix) + t0 + [query]]))[0]
     k = int(np.argmax(lg))
     Wd = fm.WU - fm.WU[:, [k]]
-    bs, Cs, betas = [], [], []
-    R0 = np.zeros(c.d_vocab)
+    D = final_ln_directions(model, Wd) if c.final_ln else Wd
+    bs, raws, Cs, betas = [], [], [], []
+    R0, R0vec = np.zeros(c.d_vocab), np.zeros(c.d_model)
     idx0 = [allowed.index(t) for t in t0]
     for h in range(c.n_heads):
         b = np.exp(T["S"][h] - T["lq"][h])                          # (allowed, n_free)
-        C = T["values"][h] @ fm.WO[h] @ Wd                           # (allowed, d_vocab)
+        raw = T["values"][h] @ fm.WO[h]                              # (allowed, d_model): P_h(t)
         fix = T["alpha_fix"][h]
         amin, amax = b.min(axis=0).sum(), b.max(axis=0).sum()
         betas.append((amin / (fix + amin), amax / (fix + amax)))
         b0 = b[idx0, np.arange(n_free)]
+        C = raw @ D                                                  # (allowed, d_vocab)
         R0 += (b0[:, None] * C[idx0]).sum(axis=0) / (fix + b0.sum())
+        R0vec += (b0[:, None] * raw[idx0]).sum(axis=0) / (fix + b0.sum())
         bs.append(b)
+        raws.append(raw)
         Cs.append(C)
-    F = (lg - lg[k]) - R0                                            # fixed part of logit_j - logit_k
-    cheap = F.copy()
+    if c.final_ln:   # logit_j - logit_k = (u_jk . r)/sigma + e_j, u_jk . r = F_j + sum_h R_hj
+        F, e, s_lo, s_hi, fl_entry = final_ln_hints(model, fm, T, prefix, query, t0, k, D, raws, R0vec, bs,
+                                                    betas, rows, relax)
+    else:
+        e, s_lo, s_hi, fl_entry = np.zeros(c.d_vocab), 1.0, 1.0, None
+        F = (lg - lg[k]) - R0                                        # fixed part of logit_j - logit_k
+
+    def decide(U, j=slice(None)):
+        """Float bound on logit_j - logit_k from an upper bound U of the linear part (checker's rule)."""
+        return np.maximum(U / s_lo, U / s_hi) + e[j]
+
+    cheapU = F.copy()
     for (bmin, bmax), C in zip(betas, Cs):
         hi = C.max(axis=0)
-        cheap += np.where(hi >= 0, bmax * hi, bmin * hi)
-    scale = 1.0 + np.abs(F)
+        cheapU += np.where(hi >= 0, bmax * hi, bmin * hi)
+    cheap = decide(cheapU)
+    scale = 1.0 + np.abs(F) / s_lo + np.abs(e)
     exact_js = [j for j in range(c.d_vocab) if j != k and (exact_all or cheap[j] >= -CHEAP_MARGIN * scale[j])]
     exact, bound = [], cheap.copy()
     bound[k] = -np.inf
-    absWd = np.abs(Wd[:, exact_js])
+    absD = np.abs(D[:, exact_js])
     # unsigned magnitudes of c = (v_t - u) W_O d: |v_t| + |u|, not |v_t - u| (which may cancel to ~0)
-    mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ absWd
+    mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ absD
             for h in range(c.n_heads)]
     for n, j in enumerate(exact_js):
         cs, ms = [C[:, j] for C in Cs], [mg[:, n] for mg in mags]
         lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], None)
-        if rows is not None and (not relax or F[j] + sum(lams) >= -CHEAP_MARGIN * scale[j]):
+        if rows is not None and (not relax or decide(F[j] + sum(lams), j) >= -CHEAP_MARGIN * scale[j]):
             lams, duals = exact_lambdas(bs, cs, ms, T["alpha_fix"], rows)
         entry = {"competitor": j, "lambdas": [certio.num(x) for x in lams]}
         if duals is not None:
             entry["duals"] = duals
         exact.append(entry)
-        bound[j] = F[j] + sum(lams)
+        bound[j] = decide(F[j] + sum(lams), j)
     worst_j = int(np.argmax(bound))
     verdict = "Overwhelmed" if bound[worst_j] < 0 else "Inconclusive"
     report = {"verdict": verdict, "predicted": k, "method": "tight", "n_fix": len(prefix), "n_free": n_free,
               "exact_competitors": len(exact), "competitors": c.d_vocab - 1,
               "worst_bound": float(bound[worst_j]), "worst_competitor": worst_j,
               "worst_cheap": float(np.max(np.delete(cheap, k))) if c.d_vocab > 1 else float("-inf")}
+    if fl_entry is not None:
+        report["sigma"] = (float(s_lo), float(s_hi))
     if verdict != "Overwhelmed" and not force:
         return None, report
     free = {"kind": "any", "length": n_free} if multiset is None else {"kind": "perm", "tokens": list(multiset)}
     claim = {"prefix": list(prefix), "query": query, "predicted": k, "free": free}
     evidence = {"method": "tight", "exact": exact}
+    if fl_entry is not None:
+        evidence["final_ln"] = fl_entry
     info = {"verdict": verdict, "worst_bound_float": report["worst_bound"], "exact_competitors": len(exact)}
     return certio.envelope("overwhelm", model, claim, evidence, info), report
 
@@ -174,4 +244,5 @@ def format_report(r) -> str:
     return (f"{r['verdict']}: max_j bound(logit_j - logit_k) <= {r['worst_bound']:.6g} (competitor "
             f"{r['worst_competitor']}; cheap bound alone {r['worst_cheap']:.6g})\n"
             f"  n_fix {r['n_fix']}, n_free {r['n_free']}, method tight; predicted token {r['predicted']}; "
-            f"{r['exact_competitors']} of {r['competitors']} competitors needed the exact per-head bound")
+            f"{r['exact_competitors']} of {r['competitors']} competitors needed the exact per-head bound"
+            + (f"; final LN sigma in [{r['sigma'][0]:.6g}, {r['sigma'][1]:.6g}]" if "sigma" in r else ""))

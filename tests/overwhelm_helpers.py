@@ -42,6 +42,24 @@ def tiny_neox1l(seed, d_vocab=6, d_model=8, n_heads=2, d_head=4, rotary_dim=None
     return t, cfg
 
 
+def tiny_neox_real(seed, d_vocab=6, d_model=8, n_heads=2, d_head=4, rotary_dim=2, act_fn="gelu", bias_sc=0.3,
+                   ln_f_sc=0.3, **kw):
+    """(tensors, config) of a small random real GPT-NeoX block: separate ln1/ln2, final LayerNorm, GELU
+    (or act_fn), random nonzero biases everywhere, partial rotary (rotary_dim < d_head by default)."""
+    t, cfg = tiny_neox1l(seed, d_vocab=d_vocab, d_model=d_model, n_heads=n_heads, d_head=d_head,
+                         rotary_dim=rotary_dim, **kw)
+    r = np.random.default_rng(seed + 7919)
+    for name in ("unembed.b_U", "blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V",
+                 "blocks.0.attn.b_O", "blocks.0.mlp.b_in", "blocks.0.mlp.b_out"):
+        t[name] = np.asarray(r.normal(0.0, bias_sc, t[name].shape), np.float32)
+    t["blocks.0.ln2.w"] = np.asarray(1 + r.normal(0.0, 0.2, d_model), np.float32)
+    t["blocks.0.ln2.b"] = np.asarray(r.normal(0.0, 0.2, d_model), np.float32)
+    t["ln_final.w"] = np.asarray(1 + r.normal(0.0, ln_f_sc, d_model), np.float32)
+    t["ln_final.b"] = np.asarray(r.normal(0.0, ln_f_sc, d_model), np.float32)
+    cfg.update(shared_ln=False, final_ln=True, act_fn=act_fn)
+    return t, cfg
+
+
 def model_of(tensors, cfg):
     """An in-memory Model (no file; sha256 empty) for calling the kind's check directly."""
     return as_model(tensors, cfg)
@@ -72,17 +90,29 @@ class Oracle:
             [(j, j + half) for j in range(half)]
         self.memo = {}
 
-    def ln(self, tok):
-        key = ("ln", tok)
+    def layer_norm(self, x, name):
+        """LayerNorm of the vector x (mpf list) with weights `name`.w/.b."""
+        d = len(x)
+        mu = self.mp.fsum(x) / d
+        var = self.mp.fsum((a - mu) ** 2 for a in x) / d
+        s = self.mp.sqrt(var + self.mp.mpf(self.c.eps.numerator) / self.c.eps.denominator)
+        w, b = self.P[name + ".w"], self.P[name + ".b"]
+        return [(a - mu) / s * w[i] + b[i] for i, a in enumerate(x)]
+
+    def ln(self, tok, name="blocks.0.ln1"):
+        key = ("ln", tok, name)
         if key not in self.memo:
-            x = list(self.P["embed.W_E"][tok])
-            d = len(x)
-            mu = self.mp.fsum(x) / d
-            var = self.mp.fsum((a - mu) ** 2 for a in x) / d
-            s = self.mp.sqrt(var + self.mp.mpf(self.c.eps.numerator) / self.c.eps.denominator)
-            w, b = self.P["blocks.0.ln1.w"], self.P["blocks.0.ln1.b"]
-            self.memo[key] = [(a - mu) / s * w[i] + b[i] for i, a in enumerate(x)]
+            self.memo[key] = self.layer_norm(list(self.P["embed.W_E"][tok]), name)
         return self.memo[key]
+
+    def act(self, x):
+        """The MLP activation (relu, exact-erf gelu, or tanh gelu_new) in mpf."""
+        mp = self.mp
+        if self.c.act_fn == "relu":
+            return max(x, 0)
+        if self.c.act_fn == "gelu":
+            return x * (1 + mp.erf(x / mp.sqrt(2))) / 2
+        return x * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (x + mp.mpf(44715) / 10 ** 6 * x ** 3))) / 2
 
     def proj(self, tok, name, h):
         key = (name, tok, h)
@@ -122,12 +152,14 @@ class Oracle:
             for i in range(c.d_model):
                 resid[i] += mp.fsum(z[e] * WO[e][i] for e in range(c.d_head))
         resid = [r + b for r, b in zip(resid, self.P["blocks.0.attn.b_O"])]
-        x = self.ln(q)
+        x = self.ln(q, "blocks.0.ln1" if c.shared_ln else "blocks.0.ln2")
         Win, Wout = self.P["blocks.0.mlp.W_in"], self.P["blocks.0.mlp.W_out"]
-        hid = [max(mp.fsum(x[i] * Win[i][m] for i in range(c.d_model)) + self.P["blocks.0.mlp.b_in"][m], 0)
+        hid = [self.act(mp.fsum(x[i] * Win[i][m] for i in range(c.d_model)) + self.P["blocks.0.mlp.b_in"][m])
                for m in range(c.d_mlp)]
         resid = [resid[i] + mp.fsum(hid[m] * Wout[m][i] for m in range(c.d_mlp)) + self.P["blocks.0.mlp.b_out"][i]
                  for i in range(c.d_model)]
+        if c.final_ln:
+            resid = self.layer_norm(resid, "ln_final")
         WU = self.P["unembed.W_U"]
         return [mp.fsum(resid[i] * WU[i][j] for i in range(c.d_model)) + self.P["unembed.b_U"][j]
                 for j in range(c.d_vocab)]

@@ -158,6 +158,8 @@ def check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, o
     cfg = model.config
     if isinstance(evidence, dict) and evidence.get("method") == "tight":   # checker/overwhelm_tight.py
         return check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob)
+    if cfg.final_ln:   # the naive/lp deviation argument has no final-LN enclosure (docs/overwhelm.md)
+        raise BadInput("overwhelm: a model with a final LayerNorm is certified only by evidence method tight")
     fields(evidence, "evidence", {"method", "value_bound", "deviation", "sample"}, {"lp_duals"})
     method, mode = evidence["method"], evidence["value_bound"]
     if method not in ("naive", "lp") or mode not in ("table", "norm"):
