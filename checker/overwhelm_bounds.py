@@ -27,6 +27,8 @@ of Algorithm 3 through a dual solution checked in exact rationals (weak duality)
 import math
 from fractions import Fraction
 
+import numpy as np
+
 from .errors import BadInput, Rejected
 from .forward import Weights, attn_divisor, layer_norm, rotary_angles, rotary_pairs, rotate
 
@@ -59,6 +61,58 @@ def ln_rows(B, model, W: Weights, tokens: list):
     return layer_norm(B, B.array(model.tensors["embed.W_E"][tokens]), W, ln1, cfg.eps)
 
 
+class FixedSide:
+    """The query and the fixed tokens (prefix + query), per head: the query vector rotated to each of
+    `offsets` and divided by the model's divisor (qrot[h][offset]), the fixed tokens' keys (with b_K)
+    and values, and the query's own score lq[h]. Nothing here depends on the free length; a prefix
+    position's weight exp(l - lq) depends only on (token, offset) and is cached, so lengths that see a
+    token at the same offset share it."""
+
+    def __init__(self, B, model, W: Weights, prefix: list, query: int, offsets):
+        cfg = model.config
+        pre, dh = "blocks.0.attn.", cfg.d_head
+        self.B, self.prefix, self.query = B, list(prefix), query
+        self.fixed = fixed = sorted(set(prefix) | {query})
+        Xfix = ln_rows(B, model, W, fixed)
+        K = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_K")).rows()))
+        V = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_V")).rows()))
+        Q = (B.matrix([Xfix.rows()[fixed.index(query)]]) @ W.heads_concat(pre + "W_Q")).rows()[0]
+        div, pairs = attn_divisor(B, cfg), rotary_pairs(cfg)
+        angles = rotary_angles(B, cfg, offsets)
+        self.qrot, self.keys, self.vals, self.lq, self.cache = [], [], [], [], []
+        for h in range(cfg.n_heads):
+            sl = slice(h * dh, (h + 1) * dh)
+            bq, bk = W.vec(pre + "b_Q", h), W.vec(pre + "b_K", h)
+            q = [a + b for a, b in zip(Q[sl], bq)]
+            keys = {t: [a + b for a, b in zip(K[t][sl], bk)] for t in fixed}
+            qrot = {d: [x / div for x in rotate(q, angles[d], pairs)] for d in offsets}
+            self.qrot.append(qrot)
+            self.keys.append(keys)
+            self.vals.append(B.matrix([V[t][sl] for t in fixed]))
+            self.lq.append(B.fsum(a * b for a, b in zip(qrot[0], keys[query])))
+            self.cache.append({})
+
+    def weight(self, h: int, t: int, offset: int):
+        """exp(l - lq) for fixed token t at `offset` before the query (head h)."""
+        key = (t, offset)
+        if key not in self.cache[h]:
+            B, qrot = self.B, self.qrot[h][offset]
+            self.cache[h][key] = B.exp(B.fsum(a * b for a, b in zip(qrot, self.keys[h][t])) - self.lq[h])
+        return self.cache[h][key]
+
+    def mass(self, h: int, P: int):
+        """(alpha_fix, u) of head h with the query at position P: alpha_fix = 1 + sum_prefix exp(l_p - lq)
+        and u the exp(l)-weighted mean of the fixed values (accumulated per distinct token)."""
+        B = self.B
+        tok_weight = {self.query: B.num(1)}
+        for p, t in enumerate(self.prefix):
+            e = self.weight(h, t, P - p)
+            tok_weight[t] = tok_weight[t] + e if t in tok_weight else e
+        alpha_fix = B.fsum(tok_weight.values())
+        wrow = B.matrix([[tok_weight[t] for t in self.fixed]])
+        return alpha_fix, (wrow @ self.vals[h]).scale(1 / alpha_fix).rows()[0]
+
+
 def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode: str,
             lp_tokens=(), W: Weights | None = None) -> list:
     """Enclosures of everything the bound needs that does not depend on hints: one HeadData per head.
@@ -72,36 +126,17 @@ def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode
     W = W or Weights(B, model)
     n_fix, P, dh = len(prefix), len(prefix) + n_free, cfg.d_head
     pre = "blocks.0.attn."
-    fixed = sorted(set(prefix) | {query})
-    Xfix = ln_rows(B, model, W, fixed)
-    K = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_K")).rows()))
-    Vfix = dict(zip(fixed, (Xfix @ W.heads_concat(pre + "W_V")).rows()))
-    Q = (B.matrix([Xfix.rows()[fixed.index(query)]]) @ W.heads_concat(pre + "W_Q")).rows()[0]
-    div = attn_divisor(B, cfg)
-    pairs = rotary_pairs(cfg)
     offsets = sorted({P - p for p in range(n_fix)} | set(range(n_free + 1)))
-    angles = rotary_angles(B, cfg, offsets)
+    fs = FixedSide(B, model, W, prefix, query, offsets)
     heads = []
     for h in range(cfg.n_heads):
-        sl = slice(h * dh, (h + 1) * dh)
-        bq, bk = W.vec(pre + "b_Q", h), W.vec(pre + "b_K", h)
-        q = [a + b for a, b in zip(Q[sl], bq)]
-        keys = {t: [a + b for a, b in zip(K[t][sl], bk)] for t in fixed}
-        qrot = {d: [x / div for x in rotate(q, angles[d], pairs)] for d in offsets}
         hd = HeadData()
-        hd.lq = B.fsum(a * b for a, b in zip(qrot[0], keys[query]))
-        # exp(l_p - l_q) per prefix position, accumulated per distinct token for the value mean
-        tok_weight = {query: B.num(1)}
-        for p, t in enumerate(prefix):
-            e = B.exp(B.fsum(a * b for a, b in zip(qrot[P - p], keys[t])) - hd.lq)
-            tok_weight[t] = tok_weight[t] + e if t in tok_weight else e
-        hd.alpha_fix = B.fsum(tok_weight.values())
-        wrow = B.matrix([[tok_weight[t] for t in fixed]])
-        hd.u = (wrow @ B.matrix([Vfix[t][sl] for t in fixed])).scale(1 / hd.alpha_fix).rows()[0]
+        hd.lq = fs.lq[h]
+        hd.alpha_fix, hd.u = fs.mass(h, P)
         # free column c has offset n_free - c: score(t) = (X_t W_K^h + b_K^h) . qrot
-        cols = B.matrix([qrot[n_free - c] for c in range(n_free)]).T
+        cols = B.matrix([fs.qrot[h][n_free - c] for c in range(n_free)]).T
         hd.qcols = W.mat(pre + "W_K", h) @ cols
-        hd.bias = (B.matrix([bk]) @ cols).rows()[0]
+        hd.bias = (B.matrix([W.vec(pre + "b_K", h)]) @ cols).rows()[0]
         hd.score_lo, hd.score_hi, hd.lp_rows = None, None, {}
         hd.value_lo, hd.value_hi = None, None
         heads.append(hd)
@@ -132,6 +167,91 @@ def prepare(B, model, prefix: list, query: int, allowed: list, n_free: int, mode
             norms = [norm_upper(B, col) for col in (W.mat(pre + "W_O", h) @ WU).T.rows()]
             hd.value_lo, hd.value_hi = [hd.value_lo[0] * n for n in norms], [hd.value_hi[0] * n for n in norms]
     return heads
+
+
+class UptoTables:
+    """Enclosures for every free length L = 1..n_max at once (free kind upto), for one value mode.
+
+    Computed once and shared by all lengths:
+    - the fixed side (FixedSide over offsets 0..n_fix + n_max, every offset some length needs; the
+      query's own score lq is at offset 0 for every length);
+    - the free score table for offsets 1..n_max. Only queries and keys rotate, and a score depends on
+      the offset only, so with the query at P = n_fix + L free column c (position n_fix + c) has offset
+      L - c: length L uses offsets L, L-1, ..., 1, i.e. the last L columns of the table (column i has
+      offset n_max - i);
+    - the LN'd rows and value vectors x_t of all allowed tokens (they depend on the token only), and
+      table: lo_hj <= min_t (x_t M_h)_j, hi_hj >= max_t (x_t M_h)_j (one product for all heads);
+      norm:  per head and length, an upper bound of max_t (||x_t||^2 - 2 x_t . u_hL) (one product with
+             every length's u), and the column norms ||M_h[:, j]||_2.
+    Per length (n_fix cached exponentials and d_vocab numbers per head): alpha_fix and u_hL, and
+      table: ((x_t - u) M_h)_j = (x_t M_h)_j - (u M_h)_j, so [lo_hj - upper((u M_h)_j), hi_hj - lower(...)]
+             encloses it for every t;
+      norm:  ||x_t - u||^2 = ||x_t||^2 - 2 x_t . u + ||u||^2 (an identity), so
+             r = sqrt(max_t (||x_t||^2 - 2 x_t . u) + ||u||^2) >= max_t ||x_t - u||.
+    The resulting HeadData are enclosures of exactly the reals `prepare` encloses for that length."""
+
+    def __init__(self, B, model, prefix: list, query: int, n_max: int, mode: str, allowed: list, W: Weights):
+        cfg = model.config
+        if mode == "table" and len(allowed) * cfg.d_vocab * cfg.n_heads > MAX_TABLE_ENTRIES:
+            raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
+        self.B, self.mode, self.n_max, H, N = B, mode, n_max, cfg.n_heads, n_max
+        pre, n_fix = "blocks.0.attn.", len(prefix)
+        self.fs = fs = FixedSide(B, model, W, prefix, query, range(n_fix + N + 1))
+        self.masses = {L: [fs.mass(h, n_fix + L) for h in range(H)] for L in range(1, N + 1)}
+        qrows, bias = [], []
+        for h in range(H):
+            cols = B.matrix([fs.qrot[h][N - i] for i in range(N)]).T
+            qrows.append((W.mat(pre + "W_K", h) @ cols).rows())
+            bias += (B.matrix([W.vec(pre + "b_K", h)]) @ cols).rows()[0]
+        stacked = B.matrix([sum((r[i] for r in qrows), []) for i in range(cfg.d_model)])
+        bias_row, WU = B.matrix([bias]), W.mat("unembed.W_U")
+        us = [B.matrix([self.masses[L][h][1] for L in range(1, N + 1)]).T for h in range(H)]   # d_head x N
+        self.score_lo = self.score_hi = None
+        self.raw_lo, self.raw_hi, self.sq = [None] * H, [None] * H, [None] * H
+        for start in range(0, len(allowed), CHUNK):
+            chunk = allowed[start:start + CHUNK]
+            X = ln_rows(B, model, W, chunk)
+            ones = B.array(np.ones((len(chunk), 1)))
+            S = X @ stacked + ones @ bias_row
+            self.score_lo, self.score_hi = merge(self.score_lo, self.score_hi, *S.col_bounds())
+            values = [X @ W.mat(pre + "W_V", h) for h in range(H)]
+            if mode == "table":
+                projected = [r for h in range(H) for r in (values[h] @ W.mat(pre + "W_O", h)).rows()]
+                for h, (lo, hi) in enumerate((B.matrix(projected) @ WU).col_bounds(H)):
+                    self.raw_lo[h], self.raw_hi[h] = merge(self.raw_lo[h], self.raw_hi[h], lo, hi)
+                continue
+            for h, V in enumerate(values):
+                n2 = B.matrix([[B.fsum(x * x for x in row)] for row in V.rows()])
+                D = n2 @ B.array(np.ones((1, N))) - (V @ us[h]).scale(B.num(2))
+                hi = D.col_bounds()[1]
+                self.sq[h] = hi if self.sq[h] is None else [max(a, b) for a, b in zip(self.sq[h], hi)]
+        if mode == "table":
+            rows = [(B.matrix([self.masses[L][h][1]]) @ W.mat(pre + "W_O", h)).rows()[0]
+                    for L in range(1, N + 1) for h in range(H)]
+            uM = (B.matrix(rows) @ WU).rows()
+            self.uM = {(L, h): uM[(L - 1) * H + h] for L in range(1, N + 1) for h in range(H)}
+        else:
+            self.colnorms = [[norm_upper(B, col) for col in (W.mat(pre + "W_O", h) @ WU).T.rows()] for h in range(H)]
+
+    def heads(self, L: int) -> list:
+        """The HeadData of free length L (1 <= L <= n_max), as `prepare` would give (without qcols)."""
+        B, N, out = self.B, self.n_max, []
+        for h, (alpha_fix, u) in enumerate(self.masses[L]):
+            hd = HeadData()
+            hd.lq, hd.alpha_fix, hd.u = self.fs.lq[h], alpha_fix, u
+            cols = slice(h * N + N - L, h * N + N)
+            hd.score_lo, hd.score_hi = self.score_lo[cols], self.score_hi[cols]
+            hd.qcols, hd.bias, hd.lp_rows = None, None, {}
+            if self.mode == "table":
+                uM = self.uM[L, h]
+                hd.value_lo = [lo - B.upper(x) for lo, x in zip(self.raw_lo[h], uM)]
+                hd.value_hi = [hi - B.lower(x) for hi, x in zip(self.raw_hi[h], uM)]
+            else:
+                sq = max(B.upper(B.num(self.sq[h][L - 1]) + B.fsum(x * x for x in u)), Fraction(0))
+                r = B.upper(B.sqrt(B.num(sq)))
+                hd.value_lo, hd.value_hi = [-r * n for n in self.colnorms[h]], [r * n for n in self.colnorms[h]]
+            out.append(hd)
+        return out
 
 
 def merge(lo, hi, new_lo, new_hi):

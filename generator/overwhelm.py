@@ -63,6 +63,7 @@ class FloatModel:
     def __init__(self, model):
         c = self.c = model.config
         t = model.tensors
+        self.memo = {}
         f = lambda name: np.asarray(t[name], dtype=np.float64)
         self.E, self.WU = f("embed.W_E"), f("unembed.W_U")
         p = "blocks.0.attn."
@@ -98,8 +99,8 @@ class FloatModel:
         return out
 
 
-def float_tables(fm: FloatModel, prefix, query, allowed, n_free):
-    """Per head: lq, alpha_fix, u (head space), values (allowed x d_head), free scores (allowed x n_free)."""
+def float_fixed(fm: FloatModel, prefix, query, n_free):
+    """(q (heads, d_head), and per head lq, alpha_fix, u): the fixed side with the query at n_fix + n_free."""
     n_fix, P = len(prefix), len(prefix) + n_free
     Xq = fm.ln([query])[0]
     q = np.einsum("d,hde->he", Xq, fm.WQ) + fm.bQ                      # (H, dh)
@@ -113,6 +114,12 @@ def float_tables(fm: FloatModel, prefix, query, allowed, n_free):
     w = np.exp(lfix - lq[:, None])
     alpha_fix = w.sum(axis=1)
     u = np.einsum("hn,nhe->he", w, Vf) / alpha_fix[:, None]
+    return q, lq, alpha_fix, u
+
+
+def float_tables(fm: FloatModel, prefix, query, allowed, n_free):
+    """Per head: lq, alpha_fix, u (head space), values (allowed x d_head), free scores (allowed x n_free)."""
+    q, lq, alpha_fix, u = float_fixed(fm, prefix, query, n_free)
     Xa = fm.ln(allowed)
     qrot_free = fm.rotate(q, [n_free - c for c in range(n_free)]) / fm.div   # (n_free, H, dh)
     wcols = np.einsum("hde,che->hdc", fm.WK, qrot_free)              # (H, d_model, n_free)
@@ -178,7 +185,9 @@ def float_deviation(fm: FloatModel, T, beta, mode):
             lo, hi = D.min(axis=0), D.max(axis=0)
         else:
             R = np.sqrt((T["values"][h] ** 2).sum(axis=1)).max()
-            n = np.sqrt(((fm.WO[h] @ fm.WU) ** 2).sum(axis=0))
+            if ("colnorm", h) not in fm.memo:   # length-independent (shared by the lengths of upto:N)
+                fm.memo["colnorm", h] = np.sqrt(((fm.WO[h] @ fm.WU) ** 2).sum(axis=0))
+            n = fm.memo["colnorm", h]
             lo, hi = -R * n, R * n
         top = np.where(hi >= 0, bmax * hi, bmin * hi)
         bottom = np.where(lo <= 0, bmax * lo, bmin * lo)
@@ -198,11 +207,13 @@ def rigorous_parts(model, prefix, query, allowed, n_free, mode, multiset):
     return out
 
 
-def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", hints="auto", force=False):
+def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", hints="auto", force=False,
+             shared=None):
     """Run the float algorithm and build the certificate. Returns (cert or None, report dict).
 
     force=True returns the certificate even when Inconclusive (benchmarks: the checker then runs every
-    obligation and rejects at the last one, W < PTP/2)."""
+    obligation and rejects at the last one, W < PTP/2). `shared` (upto:N, generator.overwhelm_upto.Shared):
+    the length's float tables and rigorous enclosures come from work shared by all lengths."""
     c = model.config
     rb.supported(c)
     if c.final_ln:   # the checker refuses naive/lp evidence for these (checker/kinds/overwhelm.py)
@@ -217,8 +228,8 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     elif value_bound == "table" and not fits:
         raise BadInput(f"value bound 'table' needs more than {rb.MAX_TABLE_ENTRIES} entries here; use norm")
     tight = (c.d_vocab * c.d_model <= TIGHT_AUTO_LIMIT) if hints == "auto" else hints == "tight"
-    fm = FloatModel(model)
-    T = float_tables(fm, prefix, query, allowed, n_free)
+    fm = shared.fm if shared is not None else FloatModel(model)
+    T = shared.float_tables(n_free) if shared is not None else float_tables(fm, prefix, query, allowed, n_free)
     solved = {}
 
     def heads_and_duals(rig):
@@ -265,7 +276,8 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     # float decision first: the rigorous (tight) pass only runs when it can matter
     tight = tight and sample_claim is not None and 2 * w_float * (1 + 2.0 ** -20) < p["margin"]
     if tight:
-        rig = rigorous_parts(model, prefix, query, allowed, n_free, value_bound, multiset)
+        rig = shared.rigorous(n_free) if shared is not None else \
+            rigorous_parts(model, prefix, query, allowed, n_free, value_bound, multiset)
         heads, duals = heads_and_duals(rig)
     if method == "lp":
         evidence["lp_duals"] = duals

@@ -1,15 +1,19 @@
 """Overwhelm `free: upto:N` (every free length 0..N in one certificate): exhaustive-oracle soundness on tiny
-models, per-length mutations and removals, claim/evidence length mismatch, both backends, CLI."""
+models, per-length mutations and removals, claim/evidence length mismatch, both backends, CLI; the tables
+shared across lengths (overwhelm_bounds.UptoTables) against the per-length `prepare` and verdicts."""
 
 import copy
 import json
+from fractions import Fraction
 
 import pytest
 
 from checker.cli import verify_files
 from checker.errors import BadInput, Rejected
 from checker.interval import make_backend
-from checker.kinds.overwhelm import check
+from checker import overwhelm_bounds as ob_bounds
+from checker.forward import Weights
+from checker.kinds.overwhelm import check, check_fixed_length
 from checker.verify import Obligations
 from generator.cli import main as tcert
 from generator.modelio import save_model
@@ -164,3 +168,67 @@ def test_cli_upto(tmp_path, capsys):
         assert cert["claim"]["free"] == {"kind": "upto", "length": N}
     assert tcert(["overwhelm", "--model", str(path), "--query-id", "2", "--free", "upto:40", "--out",
                   str(out)]) == 2
+
+
+SHARED_CASES = [(14, [1] * 20), (57, [3, 1, 4, 1, 5, 0, 2]), (0, [])]
+
+
+def test_shared_tables_equal_per_length_prepare():
+    """UptoTables.heads(L) against prepare() for every L, both modes and backends: the query score, fixed
+    mass, value mean and free score extremes are the same enclosures (identical endpoints); the value
+    extremes enclose the same reals by another formula (x_t M - u M, resp. the norm identity), so they
+    agree to rounding (2^-50 relative); the deviation W from equal betas agrees likewise."""
+    n = 4
+    for seed, prefix in SHARED_CASES:
+        m = model_of(*tiny_neox1l(seed, qk_scale=0.5))
+        allowed = list(range(m.config.d_vocab))
+        for mode in ("table", "norm"):
+            for backend in BACKENDS:
+                B = make_backend(backend)
+                W = Weights(B, m)
+                shared = ob_bounds.UptoTables(B, m, prefix, 2, n, mode, allowed, W)
+                for L in range(1, n + 1):
+                    ref = ob_bounds.prepare(B, m, prefix, 2, allowed, L, mode, (), W)
+                    got = shared.heads(L)
+                    for r, g in zip(ref, got):
+                        for x, y in [(r.lq, g.lq), (r.alpha_fix, g.alpha_fix)] + list(zip(r.u, g.u)):
+                            assert (B.lower(x), B.upper(x)) == (B.lower(y), B.upper(y)), (seed, mode, backend, L)
+                        assert (r.score_lo, r.score_hi) == (g.score_lo, g.score_hi)
+                        for a, b in zip(r.value_lo + r.value_hi, g.value_lo + g.value_hi):
+                            assert abs(a - b) <= Fraction(1, 2 ** 50) * (1 + abs(a)), (seed, mode, backend, L)
+                    beta = [ob_bounds.betas(B, hd, *ob_bounds.naive_alpha(B, hd)) for hd in ref]
+                    w_ref, w_got = (ob_bounds.deviation(B, m, heads, beta)[0] for heads in (ref, got))
+                    assert abs(w_ref - w_got) <= Fraction(1, 2 ** 50) * (1 + w_ref)
+
+
+def verdict(fn):
+    """('VERIFIED', None) or ('REJECTED', obligation) of a check call."""
+    try:
+        fn()
+        return "VERIFIED", None
+    except Rejected as e:
+        return "REJECTED", e.obligation
+
+
+def test_shared_path_gives_the_per_length_verdicts():
+    """check_fixed_length with the shared tables and without (prepare per length) give the same verdict
+    and rejecting obligation on every length's evidence (forced, float hints: Overwhelmed and
+    Inconclusive lengths both occur), both modes and backends."""
+    n, seen = 3, set()
+    for seed, prefix in SHARED_CASES:
+        m = model_of(*tiny_neox1l(seed, qk_scale=0.5))
+        for mode in ("table", "norm"):
+            evid = {}
+            for L in range(1, n + 1):
+                cert, rep = generate(m, prefix, 2, ("any", L, None), "naive", mode, "float", force=True)
+                evid[L] = (cert["claim"]["predicted"], cert["evidence"])
+            for backend in BACKENDS:
+                B = make_backend(backend)
+                W = Weights(B, m)
+                shared = {mode: ob_bounds.UptoTables(B, m, prefix, 2, n, mode, list(range(m.config.d_vocab)), W)}
+                for L, (k, e) in evid.items():
+                    run = lambda s: check_fixed_length(m, prefix, 2, k, L, None, e, B, Obligations(), W, s)
+                    a, b = verdict(lambda: run(None)), verdict(lambda: run(shared))
+                    assert a == b, (seed, mode, backend, L, a, b)
+                    seen.add(a[0])
+    assert seen == {"VERIFIED", "REJECTED"}

@@ -141,20 +141,42 @@ def check_upto(model, claim, evidence, B, ob):
     ob.require(tokens == list(prefix) + [query], "length 0: sample is prefix + query",
                "evidence.lengths[0].tokens is not prefix + [query]")
     ob.require(predicted == k, "length 0: prediction", f"length 0 predicts {predicted}, the claim says {k}")
-    check_claim(B, model, sample, ob, "evidence.lengths[0]")
+    W = Weights(B, model)
+    check_claim(B, model, sample, ob, "evidence.lengths[0]", W)
+    shared = shared_tables(B, model, prefix, query, lengths, W, ob)
     for L in range(1, n + 1):
         try:
-            check_fixed_length(model, prefix, query, k, L, None, lengths[L], B, ob)
+            check_fixed_length(model, prefix, query, k, L, None, lengths[L], B, ob, W, shared)
         except Rejected as e:
             raise Rejected(f"length {L}: {e.obligation}", e.detail) from e
         except BadInput as e:
             raise BadInput(f"evidence.lengths[{L}]: {e}") from e
     ob.summary = (f"for the {len(prefix)}-token prefix, query {query} and every string of length 0..{n} "
-                  f"in between, the next token is {k} (each of the {n + 1} lengths certified separately)")
+                  f"in between, the next token is {k} (each of the {n + 1} lengths certified; length-independent "
+                  f"tables shared)")
 
 
-def check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, ob):
-    """Verify the evidence for one free length (any:n_free, or perm of multiset); sets ob.summary."""
+def shared_tables(B, model, prefix, query, lengths, W, ob) -> dict:
+    """value mode -> overwhelm_bounds.UptoTables covering every length whose evidence uses that mode
+    (method naive; tight evidence is checked per length). Each length's own part is computed later."""
+    need = {}
+    for L, e in enumerate(lengths[1:], 1):
+        if isinstance(e, dict) and e.get("method") == "naive" and e.get("value_bound") in ("table", "norm"):
+            need[e["value_bound"]] = L
+    out = {}
+    for mode, n_max in sorted(need.items()):
+        with ob.step(f"lengths 1..{n_max}: LN'd rows, score table for offsets 1..{n_max}, value extremes ({mode})"):
+            try:
+                out[mode] = ob_bounds.UptoTables(B, model, prefix, query, n_max, mode, list(range(model.config.d_vocab)), W)
+            except BadInput as e:
+                raise BadInput(f"evidence.lengths: {e}") from e
+    return out
+
+
+def check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, ob, W=None, shared=None):
+    """Verify the evidence for one free length (any:n_free, or perm of multiset); sets ob.summary.
+
+    `shared` (free kind upto only): value mode -> UptoTables whose length-n_free part replaces prepare."""
     cfg = model.config
     if isinstance(evidence, dict) and evidence.get("method") == "tight":   # checker/overwhelm_tight.py
         return check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob)
@@ -176,11 +198,15 @@ def check_fixed_length(model, prefix, query, k, n_free, multiset, evidence, B, o
         raise BadInput("evidence.lp_duals: only with method lp")
     claimed_w = parse_number(evidence["deviation"], "evidence.deviation")
     allowed = list(range(cfg.d_vocab)) if multiset is None else sorted(set(multiset))
-    W = Weights(B, model)
+    W = W or Weights(B, model)
 
     margin = check_sample(B, model, W, evidence["sample"], prefix, query, k, n_free, multiset, ob)
-    with ob.step(f"scores, fixed masses, value extremes ({mode})"):
-        heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()), W)
+    if shared and mode in shared and multiset is None and n_free <= shared[mode].n_max:
+        with ob.step(f"length {n_free}: fixed masses, value means, value extremes from the shared tables ({mode})"):
+            heads = shared[mode].heads(n_free)
+    else:
+        with ob.step(f"scores, fixed masses, value extremes ({mode})"):
+            heads = ob_bounds.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()), W)
     with ob.step(f"free attention mass ({method})"):
         alphas = alpha_bounds(B, heads, method, duals, multiset)
     with ob.step("beta bounds"):
