@@ -70,6 +70,8 @@ def layer_norm(B: Backend, X: IMat, W: Weights, prefix: str | None, eps: Fractio
 
 def rotary_angles(B: Backend, cfg, positions) -> dict:
     """cos/sin enclosures of p * rotary_base^(-2j/rotary_dim) for each position p, pair j."""
+    if not cfg.rotary:   # positional_embedding_type "none": no pairs, the rotation is the identity
+        return {p: ([], []) for p in positions}
     half = cfg.rotary_dim // 2
     log_base = B.log(B.num(cfg.rotary_base))
     thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
@@ -81,7 +83,9 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
 
 
 def rotary_pairs(cfg) -> list:
-    """The (i1, i2) component pairs that rotary embeddings rotate together."""
+    """The (i1, i2) component pairs that rotary embeddings rotate together (none without rotary)."""
+    if not cfg.rotary:
+        return []
     half = cfg.rotary_dim // 2
     if cfg.rotary_adjacent_pairs:
         return [(2 * j, 2 * j + 1) for j in range(half)]
@@ -173,7 +177,7 @@ def embed(B: Backend, W: Weights, cfg, tokens: list) -> IMat:
     """The residual stream after embedding: W_E[x_p] (+ W_pos[p] for learned positions)."""
     E = W.model.tensors["embed.W_E"][tokens]
     X = B.array(E)
-    if not cfg.rotary:
+    if cfg.positional_embedding_type == "standard":
         X = X + B.array(W.model.tensors["pos_embed.W_pos"][: len(tokens)])
     return X
 

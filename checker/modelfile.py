@@ -143,8 +143,8 @@ def parse_config(raw: dict) -> Config:
         raise BadInput(f"model config: act_fn must be one of {ACT_FNS}")
     if cfg["normalization_type"] not in (None, "LN"):
         raise BadInput("model config: normalization_type must be null or \"LN\"")
-    if cfg["positional_embedding_type"] not in ("standard", "rotary"):
-        raise BadInput("model config: positional_embedding_type must be standard or rotary")
+    if cfg["positional_embedding_type"] not in ("standard", "rotary", "none"):
+        raise BadInput("model config: positional_embedding_type must be standard, rotary or none")
     if cfg["attention"] not in ("causal", "bidirectional"):
         raise BadInput("model config: attention must be causal or bidirectional")
     cfg["eps"] = _exact_config_number(cfg["eps"], "eps")
@@ -172,7 +172,7 @@ def expected_shapes(c: Config) -> dict:
     """Every tensor name a model with config `c` must contain, with its shape."""
     d, v, h, dh = c.d_model, c.d_vocab, c.n_heads, c.d_head
     shapes = {"embed.W_E": (v, d), "unembed.W_U": (d, v), "unembed.b_U": (v,)}
-    if not c.rotary:
+    if c.positional_embedding_type == "standard":   # rotary and none have no position table
         shapes["pos_embed.W_pos"] = (c.n_ctx, d)
     for i in range(c.n_layers):
         p = f"blocks.{i}."

@@ -1,8 +1,9 @@
 """`tcert experiment overwhelm-paper`: the overwhelm paper's section-6 experiments on a trained text model.
 
 Cells (paper section 6.1): a fixed string s of one of three kinds and n_fix tokens, the free set
-"every permutation of" one of two quotes, query token "?", method naive or lp. Each cell records
-the worst-case deviation bound W, the peak-to-peak difference PTP of the sample (the quote in its own
+"every permutation of" one of two quotes, query token "?", method naive, lp or tight. Each cell records
+the worst-case deviation bound W (for tight, the analogue (PTP + b)/2 of its bound b on
+max_j logit_j - logit_k over T, with b itself in `tight_bound`), the peak-to-peak difference PTP of the sample (the quote in its own
 order), the verdict, and, when Overwhelmed, a certificate re-checked by the checker (`verify_files`).
 - fixed kinds: `alnum` (a random string of letters, digits, spaces and punctuation, tokenized),
   `heldout` (random held-out sentences of the training corpus, concatenated), `whatisit` ("what is
@@ -34,6 +35,8 @@ FREE_TEXTS = {
 FIXED_KINDS = ("alnum", "heldout", "whatisit")
 ALNUM = string.ascii_letters + string.digits + " " * 12 + ".,;:!?'\"-()"
 QUERY_TEXT = "?"
+METHODS = ("naive", "lp", "tight")
+COLORS = {"naive": "C0", "lp": "C1", "tight": "C2"}
 
 
 def fixed_tokens(tok, kind, n, sample, sentences):
@@ -68,14 +71,25 @@ def run_cell(task):
     """Worker: generate one cell's bound; write and check the certificate when Overwhelmed."""
     from . import certio
     from .overwhelm import generate
+    from .overwhelm_tight import generate_tight
     model = _model(task["model"])
     start = time.perf_counter()
-    cert, r = generate(model, task["prefix"], task["query"], ("perm", len(task["free"]), task["free"]),
-                       task["method"])
-    row = {k: task[k] for k in ("id", "kind", "n_fix", "sample", "free_name", "method", "step")}
-    row.update(n_free=len(task["free"]), verdict=r["verdict"], W=r["deviation"], W_float=r["deviation_float"],
-               ptp=r["ptp_float"], margin=r["margin"], predicted=r["predicted"], gen_seconds=time.perf_counter() - start,
-               certificate=None, checked=None, check_seconds=None)
+    free_spec = task.get("free_spec") or ("perm", len(task["free"]), task["free"])
+    row = {k: task.get(k) for k in ("id", "kind", "n_fix", "sample", "free_name", "method", "step", "repeated")}
+    if task["method"] == "tight":
+        cert, r = generate_tight(model, task["prefix"], task["query"], free_spec)
+        ptp = sample_ptp(model, task["prefix"], task["query"], free_spec)
+        # W analogue: the tight bound b >= max_j (logit_j - logit_k) over T is certified iff b < 0; the
+        # sample's gap is PTP, so (PTP + b) / 2 is the half-loss of gap it certifies: Overwhelmed iff < PTP/2.
+        w = (ptp + r["worst_bound"]) / 2
+        row.update(W=w, W_float=w, tight_bound=r["worst_bound"], margin=None,
+                   exact_competitors=r["exact_competitors"])
+    else:
+        cert, r = generate(model, task["prefix"], task["query"], free_spec, task["method"])
+        ptp = r["ptp_float"]
+        row.update(W=r["deviation"], W_float=r["deviation_float"], margin=r["margin"], tight_bound=None)
+    row.update(n_free=free_spec[1], verdict=r["verdict"], ptp=ptp, predicted=r["predicted"],
+               gen_seconds=time.perf_counter() - start, certificate=None, checked=None, check_seconds=None)
     if cert is not None:
         path = os.path.join(task["cert_dir"], task["id"] + ".json")
         certio.write(path, cert)
@@ -83,6 +97,16 @@ def run_cell(task):
         if task["check"]:
             row = check_row(row, task["model"], task["backend"])
     return row
+
+
+def sample_ptp(model, prefix, query, free_spec):
+    """PTP of the sample the generators use (the multiset in its own order; `any`: the query repeated)."""
+    import numpy as np
+    from .forward import logits
+    _, n_free, multiset = free_spec
+    t0 = list(multiset) if multiset is not None else [query] * n_free
+    lg = np.sort(logits(model, np.asarray([list(prefix) + t0 + [query]]))[0])
+    return float(lg[-1] - lg[-2])
 
 
 def check_row(row, model_path, backend):
@@ -197,20 +221,20 @@ def generation_rows(model_path, tok, prefix, free_name, steps, jobs_path, cert_d
 
 
 COLUMNS = ["id", "free_name", "kind", "sample", "n_fix", "n_free", "method", "step", "W", "W_float", "ptp",
-           "margin", "verdict", "predicted", "gen_seconds", "checked", "check_seconds", "certificate"]
+           "margin", "tight_bound", "verdict", "predicted", "gen_seconds", "checked", "check_seconds", "certificate"]
 
 
-def write_csv(rows, path):
+def write_csv(rows, path, columns=None):
     """Every point, one row per cell."""
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=columns or COLUMNS, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(r)
 
 
 def plot_sweep(rows, out_dir, frees):
-    """Figures 2 and 3 analogues: W (naive, LP) and PTP against n_fix, one panel per kind and quote."""
+    """Figures 2 and 3 analogues: W (naive, LP, tight) and PTP against n_fix, one panel per kind and quote."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -221,24 +245,27 @@ def plot_sweep(rows, out_dir, frees):
             for j, kind in enumerate(FIXED_KINDS):
                 ax = axes[i][j]
                 cell = [r for r in rows if r["free_name"] == free and r["kind"] == kind]
-                methods = ("naive", "lp") if what == "W" else ("lp",)
+                present = [m for m in METHODS if any(r["method"] == m for r in cell)]
+                methods = present if what == "W" else present[-1:]
                 for method in methods:
                     pts = sorted((r["n_fix"], r[what], r["sample"]) for r in cell if r["method"] == method)
                     for s in sorted({p[2] for p in pts}):
                         xs = [p[0] for p in pts if p[2] == s]
                         ys = [p[1] for p in pts if p[2] == s]
                         label = (f"W {method}" if what == "W" else "PTP") if s == 0 else None
-                        ax.plot(xs, ys, marker=".", alpha=0.8, color="C0" if method == "naive" else "C1",
-                                label=label)
+                        ax.plot(xs, ys, marker=".", alpha=0.8, color=COLORS[method], label=label)
                 if what == "W":
                     pts = sorted((r["n_fix"], r["ptp"] / 2, r["sample"]) for r in cell if r["method"] == methods[-1])
                     for s in sorted({p[2] for p in pts}):
                         ax.plot([p[0] for p in pts if p[2] == s], [p[1] for p in pts if p[2] == s], ls="--",
                                 color="gray", label="PTP/2" if s == 0 else None)
                 if what == "ptp":
-                    cert = [(r["n_fix"], r["ptp"]) for r in cell if r["verdict"] == "Overwhelmed"]
-                    if cert:
-                        ax.scatter(*zip(*cert), marker="x", color="red", s=60, zorder=3, label="certified")
+                    for method, marker in zip(present, ("o", "x", "+")):
+                        cert = [(r["n_fix"], r["ptp"]) for r in cell if r["verdict"] == "Overwhelmed"
+                                and r["method"] == method]
+                        if cert:
+                            ax.scatter(*zip(*cert), marker=marker, color=COLORS[method], s=60, zorder=3,
+                                       label=f"certified ({method})", facecolors="none" if marker == "o" else None)
                 ax.set_xscale("log")
                 ax.set_yscale("log")
                 ax.set_title(f"{kind}, {free}", fontsize=10)
@@ -327,7 +354,7 @@ def add_commands(sub):
     p.add_argument("--cert-dir", default=None, help="where certificates go (default OUT_DIR/certs)")
     p.add_argument("--lengths", default="10,30,100,300,1000,1500", help="n_fix values")
     p.add_argument("--samples", type=int, default=3, help="random fixed strings per length (alnum, heldout)")
-    p.add_argument("--methods", default="naive,lp")
+    p.add_argument("--methods", default="naive,lp,tight")
     p.add_argument("--free", default="blotches,hamlet", help=f"free quotes among {sorted(FREE_TEXTS)}")
     p.add_argument("--generate", type=int, default=20, help="greedy generation steps for Figure 4 (0: skip)")
     p.add_argument("--corpus", default="lee+enwiki", help="corpus whose held-out sentences form `heldout`")
@@ -337,3 +364,5 @@ def add_commands(sub):
                    help="with --no-check: afterwards check up to N certified sweep cells, largest n_fix first")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
     p.set_defaults(func=cmd_overwhelm_paper)
+    from .experiments_repetition import add_command   # appendix F: `overwhelm-repetition`
+    add_command(esub)

@@ -203,7 +203,7 @@ def _block(W: _Weights, i, resid, q_from=0):
 
 def _embed(W: _Weights, tokens):
     x = W.t["embed.W_E"][tokens]
-    if not W.c.rotary:
+    if W.c.positional_embedding_type == "standard":
         x = x + W.t["pos_embed.W_pos"][: tokens.shape[1]]
     return x
 

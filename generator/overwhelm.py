@@ -72,7 +72,7 @@ class FloatModel:
         self.lnw = f("blocks.0.ln1.w") if c.has_ln else None
         self.lnb = f("blocks.0.ln1.b") if c.has_ln else None
         self.div = math.sqrt(c.d_head) if c.attn_scale is None else float(c.attn_scale)
-        rd = c.rotary_dim
+        rd = c.rotary_dim if c.rotary else 0   # positional type "none": no pairs, rotate is the identity
         self.theta = float(c.rotary_base) ** (-2.0 * np.arange(rd // 2) / rd)
         half = rd // 2
         if c.rotary_adjacent_pairs:

@@ -26,14 +26,16 @@ EPS = "1/100000"  # LayerNorm epsilon, an exact decimal (the checker reads it as
 ROTARY_BASE = 10000
 
 
-def neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tokenizer) -> dict:
-    """The tcert config of the paper's 1-layer block (TransformerLens field names)."""
+def neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tokenizer, rope=True) -> dict:
+    """The tcert config of the paper's 1-layer block (TransformerLens field names); rope=False: the
+    appendix-F variant without positional information (positional_embedding_type "none")."""
     if d_model % n_heads:
         raise BadInput(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
     d_head = d_model // n_heads
     return {"n_layers": 1, "d_model": d_model, "n_heads": n_heads, "d_head": d_head, "d_vocab": d_vocab,
             "n_ctx": n_ctx, "d_mlp": d_mlp, "act_fn": "relu", "normalization_type": "LN", "eps": EPS,
-            "positional_embedding_type": "rotary", "rotary_dim": d_head, "rotary_base": ROTARY_BASE,
+            "positional_embedding_type": "rotary" if rope else "none", "rotary_dim": d_head if rope else None,
+            "rotary_base": ROTARY_BASE,
             "rotary_adjacent_pairs": False, "parallel_attn_mlp": True, "shared_ln": True,
             "final_ln": False, "attn_only": False, "attention": "causal", "attn_scale": None,
             "tokenizer": tokenizer}
@@ -92,8 +94,9 @@ def forward(torch, p, cfg, x):
     q = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_Q"]) + p["blocks.0.attn.b_Q"]
     k = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_K"]) + p["blocks.0.attn.b_K"]
     v = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_V"]) + p["blocks.0.attn.b_V"]
-    cos, sin = rotary_tables(torch, n, cfg["d_head"], dtype)
-    q, k = _rotate(torch, q, cos, sin), _rotate(torch, k, cos, sin)
+    if cfg["positional_embedding_type"] == "rotary":
+        cos, sin = rotary_tables(torch, n, cfg["d_head"], dtype)
+        q, k = _rotate(torch, q, cos, sin), _rotate(torch, k, cos, sin)
     z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                        is_causal=True, scale=1.0 / math.sqrt(cfg["d_head"]))
     attn = torch.einsum("bhnk,hkd->bnd", z, p["blocks.0.attn.W_O"]) + p["blocks.0.attn.b_O"]
@@ -143,7 +146,7 @@ def held_out_loss(torch, p, cfg, held, seq_len, windows):
 
 def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=4096, steps=1000,
                seq_len=128, batch=16, lr=1e-3, weight_decay=0.01, seed=0, threads=1, n_ctx=2048,
-               eval_every=100, eval_windows=64, sources="lee+enwiki", curve=None, progress=True):
+               eval_every=100, eval_windows=64, sources="lee+enwiki", curve=None, progress=True, rope=True):
     """Train and save a model to `out`; return (config, history rows, final held-out loss).
 
     `curve`: path prefix of the loss-curve CSV/PNG (default: `out` without its extension + ".loss").
@@ -157,7 +160,7 @@ def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(threads)
     train_ids, held, tok_name, d_vocab, _ = prepare_data(vocab, vocab_size, out, sources)
-    cfg = neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tok_name)
+    cfg = neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tok_name, rope)
     gen = torch.Generator().manual_seed(seed)
     p = init_params(torch, cfg, gen)
     decay = [t for t in p.values() if t.dim() >= 2]
@@ -212,7 +215,8 @@ def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=
     csv_file.close()
     tensors = {name: t.detach().numpy().astype(np.float32) for name, t in p.items()}
     save_model(out, tensors, cfg)
-    plot_curve(curve + ".csv", curve + ".png", f"1-layer neox1l, d_model {d_model}, vocab {d_vocab}")
+    plot_curve(curve + ".csv", curve + ".png",
+               f"1-layer neox1l{'' if rope else ' (no positions)'}, d_model {d_model}, vocab {d_vocab}")
     return cfg, history, held_loss
 
 
@@ -245,8 +249,8 @@ def cmd_train_text(args):
         args.out, d_model=args.d_model, d_mlp=args.d_mlp, n_heads=args.n_heads, vocab=args.vocab,
         vocab_size=args.vocab_size, steps=args.steps, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
         seed=args.seed, threads=args.threads, n_ctx=args.n_ctx, eval_every=args.eval_every,
-        eval_windows=args.eval_windows, sources=args.corpus, curve=args.curve)
-    print(f"trained 1-layer neox1l (d_model {cfg['d_model']}, {cfg['n_heads']} heads, d_mlp {cfg['d_mlp']}, "
+        eval_windows=args.eval_windows, sources=args.corpus, curve=args.curve, rope=not args.no_rope)
+    print(f"trained 1-layer neox1l{' without positions' if args.no_rope else ''} (d_model {cfg['d_model']}, {cfg['n_heads']} heads, d_mlp {cfg['d_mlp']}, "
           f"d_vocab {cfg['d_vocab']}, tokenizer {cfg['tokenizer']}) for {args.steps} steps in "
           f"{time.perf_counter() - start:.1f} s; last train loss {history[-1][1]:.4f}, held-out loss "
           f"{held:.4f} nats/token; wrote {args.out}")
@@ -272,6 +276,9 @@ def add_text_command(tsub):
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--eval-windows", type=int, default=64)
     p.add_argument("--corpus", default="lee+enwiki", help="lee, enwiki or lee+enwiki (gensim's test texts)")
+    p.add_argument("--no-rope", action="store_true",
+                   help="no positional information at all (overwhelm paper appendix F; config positional "
+                        "type \"none\")")
     p.add_argument("--curve", default=None, help="path prefix of the loss curve .csv/.png")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_train_text)
