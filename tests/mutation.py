@@ -581,7 +581,28 @@ def tiny_cases(workdir: str) -> list:
     assert cert is not None, info
     cases.append(Case("influence", "robust L2 causal v3 + corollary", cert, path,
                       lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth))
-    return cases + tight_cases   # appended last: the per-index tests keep their cases
+    return cases + tight_cases + real_block_cases(workdir)   # appended last: the per-index tests keep their cases
+
+
+def real_block_cases(workdir: str) -> list:
+    """Tight overwhelm certificates on a tiny real GPT-NeoX block (separate ln1/ln2, final LN, GELU,
+    nonzero biases, partial rotary): every competitor exact, perm with assignment duals (also for the
+    final LN's variance direction), so mutants reach evidence.final_ln and every lambda/dual."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from checker.modelfile import load_model
+    from generator.modelio import save_model
+    from generator.overwhelm_tight import generate_tight
+    from overwhelm_helpers import tiny_neox_real
+    out = []
+    path = os.path.join(workdir, "ow_real_1.safetensors")
+    save_model(path, *tiny_neox_real(1))
+    m = load_model(path)
+    for spec in (("perm", 3, [0, 3, 4]), ("any", 2, None)):
+        cert, rep = generate_tight(m, [1] * 20, 2, spec, relax=False, exact_all=True)
+        assert cert is not None, rep
+        out.append(Case("overwhelm", f"tiny neox-real {spec[0]}/tight", cert, path, lambda m=m: overwhelm_oracle(m)))
+    return out
 
 
 def shipped_cases(root) -> list:

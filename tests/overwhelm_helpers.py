@@ -131,8 +131,8 @@ class Oracle:
             out[i2] = v[i2] * cs + v[i1] * sn
         return out
 
-    def logits(self, tokens):
-        """The next-token logits at the last position of `tokens` (list of mpf)."""
+    def residual(self, tokens):
+        """The last position's residual stream after the block, before any final LN (list of mpf)."""
         c, mp = self.c, self.mp
         n, q = len(tokens), tokens[-1]
         resid = list(self.P["embed.W_E"][q])
@@ -156,8 +156,13 @@ class Oracle:
         Win, Wout = self.P["blocks.0.mlp.W_in"], self.P["blocks.0.mlp.W_out"]
         hid = [self.act(mp.fsum(x[i] * Win[i][m] for i in range(c.d_model)) + self.P["blocks.0.mlp.b_in"][m])
                for m in range(c.d_mlp)]
-        resid = [resid[i] + mp.fsum(hid[m] * Wout[m][i] for m in range(c.d_mlp)) + self.P["blocks.0.mlp.b_out"][i]
-                 for i in range(c.d_model)]
+        return [resid[i] + mp.fsum(hid[m] * Wout[m][i] for m in range(c.d_mlp)) + self.P["blocks.0.mlp.b_out"][i]
+                for i in range(c.d_model)]
+
+    def logits(self, tokens):
+        """The next-token logits at the last position of `tokens` (list of mpf)."""
+        c, mp = self.c, self.mp
+        resid = self.residual(tokens)
         if c.final_ln:
             resid = self.layer_norm(resid, "ln_final")
         WU = self.P["unembed.W_U"]
