@@ -246,17 +246,56 @@ def low_rank_scores(B, T, xs, yp) -> dict:
     I = T["intervals"]
     Q, K, inv = I["Q"], I["K"], I["inv_scale"]
     Qx, Ky = Q @ xs, K @ yp
-    A_lo, A_hi = bounds(B, Q - Qx @ yp.T)
-    B_lo, B_hi = bounds(B, K - Ky @ xs.T)
+    return split_scores(B, Qx.scale(inv), Ky, Q - Qx @ yp.T, K - Ky @ xs.T, inv)
+
+
+def deflated_scores(B, T, X: list, Y: list) -> dict:
+    """Recursive rank-1 deflation (the svd-rec variant): hint pairs (x_i, y_i), i = 1..r, in d_head space.
+
+    Starting from Q_1 = Q, K_1 = K, each step sets y_i' = y_i / (y_i . x_i) (rejected when y_i . x_i may
+    be 0), so P_i = x_i y_i'^T is a projection, and splits exactly
+        Q_i K_i^T = (Q_i x_i)(K_i y_i')^T + Q_{i+1} K_{i+1}^T,  Q_{i+1} = Q_i - (Q_i x_i) y_i'^T,
+                                                               K_{i+1} = K_i - (K_i y_i') x_i^T
+    (Q_i (I - P_i) K_i^T = Q_i (I - P_i)(I - P_i) K_i^T). So EQKE = sum_i a_i b_i^T + Q_{r+1} K_{r+1}^T / s
+    with a_i = Q_i x_i / s, b_i = K_i y_i'; the rank-r part is bounded entrywise and the final remainder by
+    the max-row-diff trick, as in `rank1_scores`. Any hints give a valid bound. O(r d_vocab d_head)
+    interval work plus O(r d_vocab^2) integer work for the score table.
+    """
+    I = T["intervals"]
+    Q, K, inv = I["Q"], I["K"], I["inv_scale"]
+    a_cols, b_cols = [], []
+    for i, (x, y) in enumerate(zip(X, Y)):
+        xs, ys = B.matrix([[B.num(t)] for t in x]), B.matrix([[B.num(t)] for t in y])
+        yx = (ys.T @ xs).rows()[0][0]
+        if B.lower(yx) <= 0 <= B.upper(yx):
+            raise Rejected("deflation hint", f"y_{i} . x_{i} may be 0: hint pair {i} does not define a projection")
+        yp = ys.scale(1 / yx)
+        Qx, Ky = Q @ xs, K @ yp
+        a_cols.append([row[0] for row in Qx.scale(inv).rows()])
+        b_cols.append([row[0] for row in Ky.rows()])
+        Q, K = Q - Qx @ yp.T, K - Ky @ xs.T
+    a = B.matrix([list(r) for r in zip(*a_cols)])
+    b = B.matrix([list(r) for r in zip(*b_cols)])
+    return split_scores(B, a, b, Q, K, inv)
+
+
+def split_scores(B, a, b, A, Bp, inv) -> dict:
+    """EQKE = a b^T + A Bp^T * inv (interval matrices; a, b: d_vocab x r). Returns integer bounds of
+    a_q . b_k at 2^(2 SHIFT) ("ab_lo", "ab_hi"; corner bounds per rank-one term, summed) and
+    eps[q] >= max_{k,k'} Rem[q,k] - Rem[q,k'] for Rem = A Bp^T * inv, by the max-row-diff trick
+    sum_d |A[q,d]| (max_k Bp[k,d] - min_k Bp[k,d]) * inv, at the same scale.
+    """
+    A_lo, A_hi = bounds(B, A)
+    B_lo, B_hi = bounds(B, Bp)
     absA = np.maximum(-A_lo, A_hi)
     spread = B_hi.max(axis=0) - B_lo.min(axis=0)
     inv_hi = to_ints(B.upper(inv), True)
-    eps = [-((-sum(absA[q] * spread) * inv_hi) >> SHIFT) for q in range(Q.shape[0])]
-    a_lo, a_hi = bounds(B, Qx.scale(inv))
-    b_lo, b_hi = bounds(B, Ky)
+    eps = [-((-sum(absA[q] * spread) * inv_hi) >> SHIFT) for q in range(A.shape[0])]
+    a_lo, a_hi = bounds(B, a)
+    b_lo, b_hi = bounds(B, b)
     lo = hi = 0
-    for r in range(xs.shape[1]):
-        corners = [np.multiply.outer(a, b) for a in (a_lo[:, r], a_hi[:, r]) for b in (b_lo[:, r], b_hi[:, r])]
+    for r in range(a.shape[1]):
+        corners = [np.multiply.outer(p, q) for p in (a_lo[:, r], a_hi[:, r]) for q in (b_lo[:, r], b_hi[:, r])]
         lo_r, hi_r = corners[0], corners[0]
         for c in corners[1:]:
             lo_r, hi_r = np.minimum(lo_r, c), np.maximum(hi_r, c)

@@ -13,8 +13,9 @@ tables; no d_vocab^3 enumeration. Per case, with everything divided by the max t
     r    =  e_q / alpha = exp(EQKE[q,q] - EQKE[q,m]) pw[q,n-1]
 
 Variants for EQKE: "svd" (rank-1 factors from the SVD plus a max-row-diff bound on the remainder, no
-d_vocab^2 x d_model product), "svd2" (the same with the top two singular pairs) and "exact-eqke" (EQKE
-multiplied out).
+d_vocab^2 x d_model product), "svd2" (the same with the top two singular pairs), "svd-rec" (the rank-1
+split applied recursively to the remainder, r times, each step a projection, before the max-row-diff bound)
+and "exact-eqke" (EQKE multiplied out).
 """
 
 import math
@@ -23,7 +24,8 @@ import numpy as np
 
 from .accuracy import SLACK, TINY, position_sums
 
-VARIANTS = ("svd", "svd2", "exact-eqke")
+VARIANTS = ("svd", "svd2", "svd-rec", "exact-eqke")
+REC_RANK = 8          # default number of successive rank-1 deflations of the svd-rec variant
 
 
 def top2_excl(M):
@@ -76,7 +78,7 @@ def svd2_factors(model):
     return Q, K, X, Y
 
 
-def score_bounds(model, T, variant):
+def score_bounds(model, T, variant, rank=REC_RANK):
     """((ab, pre, eps), diff_lo[q, m], diff_hi[q, m], info): gap_lo[q, m, j] = ab[q, m] - pre[q, j] - eps[q]
     <= EQKE[q,m] - max_{k<=j} EQKE[q,k] (formed per (q, m) by the caller: no d_vocab^3 array), and
     bounds of EQKE[q,q] - EQKE[q,m] (all divided by the attention scale)."""
@@ -88,6 +90,8 @@ def score_bounds(model, T, variant):
         return (EQKE, pre, np.zeros(v)), diff, diff, {}
     if variant == "svd2":
         return svd2_score_bounds(model)
+    if variant == "svd-rec":
+        return deflated_score_bounds(model, rank)
     Q, K, x, y = svd_factors(model, T)
     s = math.sqrt(model.config.d_head) if model.config.attn_scale is None else float(model.config.attn_scale)
     y = y / (y @ x)
@@ -118,6 +122,39 @@ def svd2_score_bounds(model):
     return (ab, pre, eps), diff - eps[:, None], diff + eps[:, None], {"x": X.T, "y": Y.T}
 
 
+def deflation_hints(model, rank: int):
+    """Hint pairs for the svd-rec variant: x_i = K^T v_i, y_i = Q^T u_i for the top `rank` singular pairs
+    of Q K^T (thin QR factors and a d_head x d_head SVD; EQKE is never formed), stopping at numerical
+    rank. Successive deflation by x_i y_i^T / (y_i . x_i) then removes sigma_i u_i v_i^T exactly (in reals)."""
+    Q, K = query_key_factors(model)
+    UQ, RQ = np.linalg.qr(Q)
+    UK, RK = np.linalg.qr(K)
+    W, sig, Zt = np.linalg.svd(RQ @ RK.T)
+    r = max(1, min(rank, int(np.count_nonzero(sig > 1e-9 * max(sig[0], 1e-300)))))
+    U, V = UQ @ W[:, :r], UK @ Zt[:r].T
+    X, Y = (K.T @ V).T, (Q.T @ U).T
+    if not sig[0] > 0:                       # Q K^T = 0: any projection is valid
+        X = Y = np.eye(Q.shape[1])[:1]
+    return Q, K, X, Y
+
+
+def deflated_score_bounds(model, rank: int):
+    """`score_bounds` for the svd-rec variant, mirroring `checker.maxofk_tables.deflated_scores` in floats."""
+    Q, K, X, Y = deflation_hints(model, rank)
+    c = model.config
+    s = math.sqrt(c.d_head) if c.attn_scale is None else float(c.attn_scale)
+    ab = np.zeros((Q.shape[0], K.shape[0]))
+    for x, y in zip(X, Y):
+        yp = y / (y @ x)
+        Qx, Ky = Q @ x, K @ yp
+        ab += np.outer(Qx / s, Ky)
+        Q, K = Q - np.outer(Qx, yp), K - np.outer(Ky, x)
+    eps = np.abs(Q) @ (K.max(axis=0) - K.min(axis=0)) / s
+    pre = np.maximum.accumulate(ab, axis=1)
+    diff = np.diag(ab)[:, None] - ab
+    return (ab, pre, eps), diff - eps[:, None], diff + eps[:, None], {"x": X, "y": Y}
+
+
 def value_bounds(T):
     """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j]."""
     n = T["n"]
@@ -139,13 +176,15 @@ def value_bounds(T):
 def subcubic_evidence(model, T, name=None):
     """(evidence, count, info) for subcubic variant `name` (default "svd")."""
     from .accuracy import attention_weights
-    variant = name or "svd"
+    variant, rank = name or "svd", REC_RANK
+    if variant.startswith("svd-rec") and variant[7:].isdigit():      # svd-recN: N deflation steps
+        variant, rank = "svd-rec", max(1, int(variant[7:]))
     if variant not in VARIANTS:
-        raise ValueError(f"unknown subcubic variant {variant!r} (known: {', '.join(VARIANTS)})")
+        raise ValueError(f"unknown subcubic variant {variant!r} (known: {', '.join(VARIANTS)}, svd-recN)")
     n, v = T["n"], T["v"]
     _, pw, _ = attention_weights(T)
     lo, hi, P = position_sums(pw, n)
-    (ab, pre, eps), dlo, dhi, hint = score_bounds(model, T, variant)
+    (ab, pre, eps), dlo, dhi, hint = score_bounds(model, T, variant, rank)
     Tm, Tq, EUp, Rpre = value_bounds(T)
     r_up = np.where(Tq >= 0, np.exp(dhi), np.exp(dlo)) * pw[:, n - 1][:, None]
     np.fill_diagonal(r_up, pw[:, n - 1])
@@ -173,29 +212,34 @@ def subcubic_evidence(model, T, name=None):
                     cases.append([m, q, c, j])
                     count += math.comb(n - 1, c) * (j + 1) ** c
     evidence = {"strategy": "subcubic", "variant": variant, "cases": cases}
-    if variant in ("svd", "svd2"):
+    if variant in ("svd", "svd2", "svd-rec"):
         from . import certio
         for key in ("x", "y"):
             vec = np.asarray(hint[key])
             evidence[key] = [certio.num(float(a)) for a in vec] if vec.ndim == 1 else \
                 [[certio.num(float(a)) for a in row] for row in vec]
     d, dh = model.config.d_model, model.config.d_head
+    r = len(hint["x"]) if variant == "svd-rec" else 0
     eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + d_vocab^2",
+            "svd-rec": f"d_vocab * d_model * d_head + r * d_vocab^2 (r = {r})",
             "exact-eqke": "d_vocab^2 * d_head"}[variant]
     info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke})", "variant": variant,
-            "flops": subcubic_flops(v, n, d, dh, variant),
-            "checker_flops": subcubic_flops(v, n, d, dh, variant) - {"svd": 1600 * v * dh, "exact-eqke": 0,
-                                                                     "svd2": 8 * v * dh * dh + 22 * dh ** 3}[variant]}
+            "flops": subcubic_flops(v, n, d, dh, variant, r),
+            "checker_flops": subcubic_flops(v, n, d, dh, variant, r) - {
+                "svd": 1600 * v * dh, "exact-eqke": 0, "svd2": 8 * v * dh * dh + 22 * dh ** 3,
+                "svd-rec": 8 * v * dh * dh + 22 * dh ** 3}[variant]}
     return evidence, count, info
 
 
-def subcubic_flops(v, n, d, dh, variant) -> int:
+def subcubic_flops(v, n, d, dh, variant, r=0) -> int:
     """Counted FLOPs: EU, EV, PV tables (2 v^2 d + ...), EQKE part, O(v^2 n) derived tables, O(v^2 n) cases."""
     tables = 2 * (v * d * v + v * d * dh + dh * d * v + d * dh * v + v * d * v + n * d * v + v * d * dh)
     if variant == "svd":
         eqke = 2 * (v * d * dh * 2 + 4 * v * dh + 200 * 4 * v * dh)
     elif variant == "svd2":      # factors, 2 QR + a d_head^3 SVD (generator), A / B' products, the a.b table
         eqke = 2 * (v * d * dh * 2 + 8 * v * dh) + 4 * v * v + (2 * 4 * v * dh * dh + 22 * dh ** 3)
+    elif variant == "svd-rec":  # factors, QR + SVD (generator), r deflation steps, the rank-r score table
+        eqke = 2 * (v * d * dh * 2 + 4 * r * v * dh + 2 * v * dh) + 4 * r * v * v + (2 * 4 * v * dh * dh + 22 * dh ** 3)
     else:
         eqke = 2 * v * v * dh
     return tables + eqke + 12 * v * v * n + v * v * n * 12

@@ -581,6 +581,10 @@ def tiny_cases(workdir: str) -> list:
     assert cert is not None, info
     cases.append(Case("influence", "robust L2 causal v3 + corollary", cert, path,
                       lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth))
+    path, m = saved("acc", constructed(6, 3, 15.0, 3.0, 0.1, 1))
+    cert, _ = make_certificate(m, "subcubic:svd-rec")      # recursive deflation hints (x_i, y_i)
+    tight_cases.append(Case("accuracy", "tiny max-of-3 v6 subcubic:svd-rec", cert, path,
+                            lambda m=m: accuracy_oracle(m)))
     return cases + tight_cases + real_block_cases(workdir)   # appended last: the per-index tests keep their cases
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from checker.cli import verify_files
 from checker.errors import BadInput, Rejected
+from checker.exact import parse_number
 from checker.forward import last_logits
 from checker.interval import make_backend
 from checker.modelfile import load_model
@@ -20,7 +21,7 @@ from generator.accuracy import make_certificate
 from generator.forward import logits
 from generator.modelio import save_model
 
-STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:exact-eqke")
+STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -255,7 +256,7 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
     tmp, path, certs = tiny
     wrong = wrong_inputs(load_model(path))
     assert wrong
-    for strategy in ("subcubic:svd", "subcubic:svd2", "subcubic:exact-eqke"):
+    for strategy in ("subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke"):
         for m, q, c, j in wrong:
             def edit(cert):
                 cases = cert["evidence"]["cases"]
@@ -310,7 +311,8 @@ def shipped(name):
 
 
 @pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json", "maxof4_seed123_subcubic_svd.json",
-                                  "maxof4_seed123_subcubic_svd2.json", "maxof4_seed123_subcubic_exact-eqke.json"])
+                                  "maxof4_seed123_subcubic_svd2.json", "maxof4_seed123_subcubic_svd-rec.json",
+                                  "maxof4_seed123_subcubic_exact-eqke.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
     ob, cert = verify_files(str(path), str(SHIPPED_MODEL), "flint")
@@ -342,7 +344,7 @@ def test_importance_sampled_estimate_is_close_to_exact(tmp_path):
     assert "not a certificate" in r["note"]
 
 
-@pytest.mark.parametrize("strategy", ["subcubic:svd", "subcubic:svd2"])
+@pytest.mark.parametrize("strategy", ["subcubic:svd", "subcubic:svd2", "subcubic:svd-rec"])
 def test_svd_variant_never_forms_eqke(tiny, monkeypatch, strategy):
     """The rank-1 / rank-2 subcubic checks must not multiply EQKE out (that is the exact-eqke variant's cost)."""
     import checker.maxofk_tables as tables
@@ -385,3 +387,50 @@ def test_rank2_is_at_least_rank1_on_trained_model(tmp_path):
     n1, _ = certify(path, "subcubic:svd", tmp_path)
     n2, _ = certify(path, "subcubic:svd2", tmp_path)
     assert n2 >= n1 > 0
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+@pytest.mark.parametrize("step", [0, -1])
+def test_deflation_hint_without_projection_is_rejected(tiny, backend, step):
+    """y_i = 0 makes y_i . x_i = 0 at the first or the last deflation step: must be refused."""
+    tmp, path, certs = tiny
+
+    def edit(cert):
+        cert["evidence"]["y"][step] = ["0"] * len(cert["evidence"]["y"][step])
+    with pytest.raises(Rejected, match="deflation hint"):
+        verify_files(mutated(tmp, certs["subcubic:svd-rec"], edit), path, backend)
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda c: c["evidence"]["x"].pop(), "as many hint vectors"),
+    (lambda c: c["evidence"]["y"][0].pop(), "d_head"),
+    (lambda c: c["evidence"].update(x=[]), "1 to d_head"),
+    (lambda c: c["evidence"].update(x=c["evidence"]["x"][0]), "d_head"),
+])
+def test_deflation_hints_of_wrong_shape_are_bad_input(tiny, edit, msg):
+    tmp, path, certs = tiny
+    with pytest.raises(BadInput, match=msg):
+        verify_files(mutated(tmp, certs["subcubic:svd-rec"], edit), path, "flint")
+
+
+def test_deflation_hints_are_not_trusted(tiny):
+    """Scaled or perturbed hint vectors still give a valid split: the checker re-derives every bound, so
+    a certificate with other (valid) hints verifies if its cases still hold and is rejected otherwise."""
+    tmp, path, certs = tiny
+
+    def scale(cert):
+        for key in ("x", "y"):
+            cert["evidence"][key] = [[certio.num(2 * parse_number(t, key)) for t in vec]
+                                     for vec in cert["evidence"][key]]
+    verify_files(mutated(tmp, certs["subcubic:svd-rec"], scale), path, "flint")   # projections unchanged
+
+
+def test_deflation_rank_suffix(tmp_path):
+    """svd-recN runs N deflation steps (capped at the numerical rank); more steps certify at least as much
+    here (a regression guard, not a theorem), and rank 1 equals the svd variant's split."""
+    path = write_model(tmp_path, *trained(8, 2, 1), name="t.safetensors")
+    n1, c1 = certify(path, "subcubic:svd-rec1", tmp_path)
+    n4, c4 = certify(path, "subcubic:svd-rec4", tmp_path)
+    assert len(json.load(open(c1))["evidence"]["x"]) == 1
+    assert len(json.load(open(c4))["evidence"]["x"]) == 4
+    assert n4 >= n1 > 0

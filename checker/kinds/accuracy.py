@@ -5,8 +5,9 @@ claim    {"task": "max-of-k", "d_vocab": v, "n_ctx": K, "inputs": v^K, "correct_
          larger than every other logit (exact real arithmetic on the stored weights; a tie is wrong).
 evidence {"strategy": "brute"}                                   every input is re-decided
          {"strategy": "cubic", "cases": [[m, q, c, hexmask], ...]}  pure-sequence cases claimed correct
-         {"strategy": "subcubic", "variant": "svd" | "svd2" | "exact-eqke", "cases": [[m, q, c, cutoff], ...],
-          "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head space; svd2: two of each)}
+         {"strategy": "subcubic", "variant": "svd" | "svd2" | "svd-rec" | "exact-eqke",
+          "cases": [[m, q, c, cutoff], ...], "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head
+          space; svd2: two of each; svd-rec: r of each, applied as successive rank-1 deflations)}
 
 All strategies start from `maxofk_tables.value_tables` (interval matrix products, then exact integer
 bounds); the decisions are exact integer comparisons. docs/accuracy.md states each argument.
@@ -21,7 +22,7 @@ import numpy as np
 from ..envelope import fields
 from ..errors import BadInput
 from ..exact import parse_int, parse_number, parse_vector
-from ..maxofk_tables import (centred_upper, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
+from ..maxofk_tables import (centred_upper, deflated_scores, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
                              rank2_scores, require_maxofk, value_bounds, value_tables)
 from ..verify import show
 
@@ -227,11 +228,16 @@ def parse_subcubic(evidence, cfg):
     elif variant == "svd2":
         fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
         x, y = (parse_pair(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))
+    elif variant == "svd-rec":
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        x, y = (parse_hint_list(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))
+        if len(x) != len(y):
+            raise BadInput(f"evidence.y: must list as many hint vectors as evidence.x ({len(x)})")
     elif variant == "exact-eqke":
         fields(evidence, "evidence", {"strategy", "variant", "cases"})
         x = y = None
     else:
-        raise BadInput("evidence.variant: must be \"svd\", \"svd2\" or \"exact-eqke\"")
+        raise BadInput("evidence.variant: must be \"svd\", \"svd2\", \"svd-rec\" or \"exact-eqke\"")
     cases = evidence["cases"]
     if not isinstance(cases, list) or len(cases) > v * v * n:
         raise BadInput(f"evidence.cases: must be a list of at most {v * v * n} cases")
@@ -258,6 +264,13 @@ def parse_pair(obj, where: str, d_head: int) -> list:
     return [[parse_number(t, f"{where}[{r}][{i}]") for i, t in enumerate(vec)] for r, vec in enumerate(obj)]
 
 
+def parse_hint_list(obj, where: str, d_head: int) -> list:
+    """1 to d_head hint vectors of d_head exact numbers each (the svd-rec variant's x or y)."""
+    if not isinstance(obj, list) or not 1 <= len(obj) <= d_head:
+        raise BadInput(f"{where}: must be a list of 1 to d_head = {d_head} hint vectors")
+    return [parse_vector(vec, f"{where}[{r}]", d_head, "d_head") for r, vec in enumerate(obj)]
+
+
 def exp_bound(B, x: Fraction, up: bool) -> Fraction:
     """An exact rational >= exp(x) (up) or <= exp(x)."""
     e = B.exp(B.num(x))
@@ -278,7 +291,8 @@ def subcubic_check(B, model, T, evidence, ob):
         V = value_bounds(T)
     with ob.step(f"attention scores ({variant})"):
         S = rank1_scores(B, T, x, y) if variant == "svd" else \
-            rank2_scores(B, T, x, y) if variant == "svd2" else exact_scores(T)
+            rank2_scores(B, T, x, y) if variant == "svd2" else \
+            deflated_scores(B, T, x, y) if variant == "svd-rec" else exact_scores(T)
     one, scale = Fraction(1, 1 << S["shift"]), S["shift"]
     pre_hi = prefix_max(S["ab_hi"])
     count = 0
