@@ -172,14 +172,16 @@ def prefix_max(M):
     return P
 
 
-def value_bounds(T) -> dict:
+def value_bounds(T, groups=None) -> dict:
     """Subcubic value tables (exact upper bounds at 2^SHIFT; x ranges over x != m):
 
     Tm[q, m]  >= max_x EU[q,x]-EU[q,m] + EV[m,x]-EV[m,m] + Pn[m,x]  (mean+diff: EU = mu + d)
     Tq[q, m]  >= max_x F[q,x] - F[q,m],  F = EU + EV + PV[n-1]
     EUp[q, m] >= max_x EU[q,x] - EU[q,m]
     Rpre[m, j] >= max_{k <= j} (max_x EV[k,x] - EV[k,m]) + max_x Pn[m,x]
-    with Pn[m, x] >= max_{i < n-1} PV[i,x] - PV[i,m]. O(n d_vocab^2) work.
+    with Pn[m, x] >= max_{i < n-1} PV[i,x] - PV[i,m]. O(n d_vocab^2) work. With `groups` (a group id per
+    query token, the EU option), Tm is also bounded with one centre row per group (`grouped_tm`) and the
+    smaller bound is kept: O(groups d_vocab^2) more.
     """
     n, v = T["n"], T["v"]
     EU_lo, EU_hi, EV_lo, EV_hi = T["EU_lo"], T["EU_hi"], T["EV_lo"], T["EV_hi"]
@@ -188,13 +190,34 @@ def value_bounds(T) -> dict:
     for i in range(1, n - 1):
         Pn = np.maximum(Pn, PV_hi[i][None, :] - PV_lo[i][:, None])
     G = EV_hi - np.diag(EV_lo)[:, None] + Pn
-    mu = np.array([sum(col) // v for col in EU_lo.T.tolist()], dtype=object)
-    Amax = np.diag(max_excl(mu[None, :] + G)) - mu
-    Tm = Amax[None, :] + (EU_hi - mu[None, :]).max(axis=1)[:, None] - (EU_lo - mu[None, :])
+    Tm = centred_tm(EU_lo, EU_hi, G, range(v))
+    if groups is not None:
+        Tm = np.minimum(Tm, grouped_tm(EU_lo, EU_hi, G, groups))
     F_hi = EU_hi + EV_hi + PV_hi[n - 1][None, :]
     F_lo = EU_lo + EV_lo + PV_lo[n - 1][None, :]
     R = (max_excl(EV_hi) - EV_lo).T + np.diag(max_excl(Pn))[:, None]
     return {"Tm": Tm, "Tq": max_excl(F_hi) - F_lo, "EUp": max_excl(EU_hi) - EU_lo, "Rpre": prefix_max(R)}
+
+
+def centred_tm(EU_lo, EU_hi, G, rows):
+    """Tm[q, m] >= max_{x != m} EU[q,x] - EU[q,m] + G[m,x] for the query rows `rows`, by the mean+diff
+    trick with centre mu = floor of the mean of those rows' lower bounds (any centre is valid):
+    max_x (EU[q,x] + G[m,x]) <= max_x (mu[x] + G[m,x]) + max_x (EU[q,x] - mu[x]). O(d_vocab^2)."""
+    rows = list(rows)
+    lo, hi = EU_lo[rows], EU_hi[rows]
+    mu = np.array([sum(col) // len(rows) for col in lo.T.tolist()], dtype=object)
+    Amax = np.diag(max_excl(mu[None, :] + G)) - mu
+    return Amax[None, :] + (hi - mu[None, :]).max(axis=1)[:, None] - (lo - mu[None, :])
+
+
+def grouped_tm(EU_lo, EU_hi, G, groups):
+    """The EU option: the mean+diff bound of Tm with one centre per group of query tokens (groups[q] is
+    q's group; the certificate's hint, never trusted: every grouping gives a valid bound)."""
+    Tm = np.empty(EU_lo.shape, dtype=object)
+    for g in sorted(set(groups)):
+        rows = [q for q, h in enumerate(groups) if h == g]
+        Tm[rows] = centred_tm(EU_lo, EU_hi, G, rows)
+    return Tm
 
 
 def rank1_scores(B, T, x: list, y: list) -> dict:

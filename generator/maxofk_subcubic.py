@@ -25,6 +25,7 @@ import numpy as np
 from .accuracy import SLACK, TINY, position_sums
 
 VARIANTS = ("svd", "svd2", "svd-rec", "exact-eqke")
+EU_GROUPS = 32        # query groups of the +eu option (the checker accepts at most 32)
 REC_RANK = 8          # default number of successive rank-1 deflations of the svd-rec variant
 
 
@@ -155,16 +156,18 @@ def deflated_score_bounds(model, rank: int):
     return (ab, pre, eps), diff - eps[:, None], diff + eps[:, None], {"x": X, "y": Y}
 
 
-def value_bounds(T):
-    """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j]."""
+def value_bounds(T, groups=None):
+    """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j].
+    With `groups` (the EU option), Tm is the smaller of the mean+diff bound and the grouped one."""
     n = T["n"]
     EU, EV, PV = T["EU"], T["EV"], T["PV"]
     Pn = (PV[: n - 1, None, :] - PV[: n - 1, :, None]).max(axis=0)     # (m, x)
     G = EV - np.diag(EV)[:, None] + Pn                                  # (m, x)
-    mu = EU.mean(axis=0)
-    d = EU - mu
-    Amax = np.diag(top2_excl(mu[None, :] + G)) - mu                     # (m,)
-    Tm = Amax[None, :] + d.max(axis=1)[:, None] - d                    # (q, m)
+    Tm = centred_tm(EU, G, np.arange(EU.shape[0]))
+    if groups is not None:
+        for g in np.unique(groups):
+            rows = np.nonzero(groups == g)[0]
+            Tm[rows] = np.minimum(Tm[rows], centred_tm(EU, G, rows))
     F = EU + EV + PV[n - 1][None, :]
     Tq = top2_excl(F) - F
     EUp = top2_excl(EU) - EU                                            # (q, m)
@@ -173,10 +176,36 @@ def value_bounds(T):
     return Tm, Tq, EUp, Rpre
 
 
+def centred_tm(EU, G, rows):
+    """Mean+diff bound of Tm for the query rows `rows` with their mean row as the centre:
+    max_{x != m} (EU[q,x] + G[m,x]) <= max_{x != m} (mu[x] + G[m,x]) + max_x (EU[q,x] - mu[x])."""
+    mu = EU[rows].mean(axis=0)
+    d = EU[rows] - mu
+    Amax = np.diag(top2_excl(mu[None, :] + G)) - mu                     # (m,)
+    return Amax[None, :] + d.max(axis=1)[:, None] - d                   # (rows, m)
+
+
+def eu_groups(EU, k: int, iters: int = 30):
+    """The EU option's hint: k groups of query tokens by k-means on the centred EU rows (farthest-point
+    start, deterministic; O(iters k d_vocab^2)). Rows of a group share one centre in the Tm bound."""
+    X = EU - EU.mean(axis=1, keepdims=True)
+    C = [X.mean(axis=0)]
+    for _ in range(k - 1):
+        C.append(X[int(np.argmax(np.min([((X - c) ** 2).sum(axis=1) for c in C], axis=0)))])
+    C = np.array(C)
+    for _ in range(iters):
+        lab = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1)
+        C = np.array([X[lab == g].mean(axis=0) if np.any(lab == g) else C[g] for g in range(k)])
+    return np.unique(lab, return_inverse=True)[1]           # ids 0..(used groups - 1)
+
+
 def subcubic_evidence(model, T, name=None):
     """(evidence, count, info) for subcubic variant `name` (default "svd")."""
     from .accuracy import attention_weights
-    variant, rank = name or "svd", REC_RANK
+    name, plus, option = (name or "svd").partition("+")
+    if plus and option != "eu":
+        raise ValueError(f"unknown subcubic option {option!r} (known: +eu)")
+    variant, rank = name, REC_RANK
     if variant.startswith("svd-rec") and variant[7:].isdigit():      # svd-recN: N deflation steps
         variant, rank = "svd-rec", max(1, int(variant[7:]))
     if variant not in VARIANTS:
@@ -185,7 +214,8 @@ def subcubic_evidence(model, T, name=None):
     _, pw, _ = attention_weights(T)
     lo, hi, P = position_sums(pw, n)
     (ab, pre, eps), dlo, dhi, hint = score_bounds(model, T, variant, rank)
-    Tm, Tq, EUp, Rpre = value_bounds(T)
+    groups = eu_groups(T["EU"], min(EU_GROUPS, v)) if option == "eu" else None
+    Tm, Tq, EUp, Rpre = value_bounds(T, groups)
     r_up = np.where(Tq >= 0, np.exp(dhi), np.exp(dlo)) * pw[:, n - 1][:, None]
     np.fill_diagonal(r_up, pw[:, n - 1])
     cases, count = [], 0
@@ -212,6 +242,8 @@ def subcubic_evidence(model, T, name=None):
                     cases.append([m, q, c, j])
                     count += math.comb(n - 1, c) * (j + 1) ** c
     evidence = {"strategy": "subcubic", "variant": variant, "cases": cases}
+    if groups is not None:
+        evidence["eu_groups"] = [int(g) for g in groups]
     if variant in ("svd", "svd2", "svd-rec"):
         from . import certio
         for key in ("x", "y"):
@@ -223,9 +255,12 @@ def subcubic_evidence(model, T, name=None):
     eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + d_vocab^2",
             "svd-rec": f"d_vocab * d_model * d_head + r * d_vocab^2 (r = {r})",
             "exact-eqke": "d_vocab^2 * d_head"}[variant]
-    info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke})", "variant": variant,
-            "flops": subcubic_flops(v, n, d, dh, variant, r),
-            "checker_flops": subcubic_flops(v, n, d, dh, variant, r) - {
+    k = len(set(evidence.get("eu_groups", [])))
+    eu = f" + groups * d_vocab^2 (groups = {k})" if k else ""
+    eu_flops = 4 * (k + 1) * v * v                        # per group: centre, (max,+) row maxima, deviations
+    info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke}{eu})", "variant": variant + plus + option,
+            "flops": subcubic_flops(v, n, d, dh, variant, r) + (eu_flops + 30 * 2 * k * v * v if k else 0),
+            "checker_flops": subcubic_flops(v, n, d, dh, variant, r) + (eu_flops if k else 0) - {
                 "svd": 1600 * v * dh, "exact-eqke": 0, "svd2": 8 * v * dh * dh + 22 * dh ** 3,
                 "svd-rec": 8 * v * dh * dh + 22 * dh ** 3}[variant]}
     return evidence, count, info

@@ -21,7 +21,8 @@ from generator.accuracy import make_certificate
 from generator.forward import logits
 from generator.modelio import save_model
 
-STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke")
+STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
+              "subcubic:exact-eqke")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -256,7 +257,8 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
     tmp, path, certs = tiny
     wrong = wrong_inputs(load_model(path))
     assert wrong
-    for strategy in ("subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke"):
+    for strategy in ("subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
+                     "subcubic:exact-eqke"):
         for m, q, c, j in wrong:
             def edit(cert):
                 cases = cert["evidence"]["cases"]
@@ -312,6 +314,7 @@ def shipped(name):
 
 @pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json", "maxof4_seed123_subcubic_svd.json",
                                   "maxof4_seed123_subcubic_svd2.json", "maxof4_seed123_subcubic_svd-rec.json",
+                                  "maxof4_seed123_subcubic_svd-rec+eu.json",
                                   "maxof4_seed123_subcubic_exact-eqke.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
@@ -434,3 +437,34 @@ def test_deflation_rank_suffix(tmp_path):
     assert len(json.load(open(c1))["evidence"]["x"]) == 1
     assert len(json.load(open(c4))["evidence"]["x"]) == 4
     assert n4 >= n1 > 0
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda c: c["evidence"]["eu_groups"].pop(), "d_vocab = 8 group ids"),
+    (lambda c: c["evidence"]["eu_groups"].__setitem__(0, 32), "eu_groups"),
+    (lambda c: c["evidence"]["eu_groups"].__setitem__(0, -1), "eu_groups"),
+    (lambda c: c["evidence"].update(eu_groups="0"), "group ids"),
+])
+def test_eu_groups_malformed_are_bad_input(tiny, edit, msg):
+    tmp, path, certs = tiny
+    with pytest.raises(BadInput, match=msg):
+        verify_files(mutated(tmp, certs["subcubic:svd-rec+eu"], edit), path, "flint")
+
+
+def test_eu_groups_are_used_and_not_trusted(tiny, tmp_path):
+    """The groups are a hint: on the shipped anchor the +eu certificate needs them (with every query in one
+    group, the plain mean+diff bound, some claimed case fails and the checker rejects it); on the tiny model
+    the finest grouping (each query alone: exact Tm rows, at least as tight as any grouping) still verifies."""
+    cert = shipped("maxof4_seed123_subcubic_svd-rec+eu.json")
+    with open(cert) as f:
+        assert len(set(json.load(f)["evidence"]["eu_groups"])) > 1
+
+    def one_group(c):
+        c["evidence"]["eu_groups"] = [0] * 64
+    with pytest.raises(Rejected, match="subcubic case"):
+        verify_files(mutated(tmp_path, cert, one_group), str(SHIPPED_MODEL), "flint")
+    tmp, path, certs = tiny
+
+    def singletons(c):
+        c["evidence"]["eu_groups"] = list(range(8))
+    verify_files(mutated(tmp, certs["subcubic:svd-rec+eu"], singletons), path, "flint")

@@ -7,7 +7,8 @@ evidence {"strategy": "brute"}                                   every input is 
          {"strategy": "cubic", "cases": [[m, q, c, hexmask], ...]}  pure-sequence cases claimed correct
          {"strategy": "subcubic", "variant": "svd" | "svd2" | "svd-rec" | "exact-eqke",
           "cases": [[m, q, c, cutoff], ...], "x": [...], "y": [...] (svd: rank-1 hint vectors in d_head
-          space; svd2: two of each; svd-rec: r of each, applied as successive rank-1 deflations)}
+          space; svd2: two of each; svd-rec: r of each, applied as successive rank-1 deflations),
+          optional "eu_groups": [g_0, ...] (the EU option: a group id < 32 per query token)}
 
 All strategies start from `maxofk_tables.value_tables` (interval matrix products, then exact integer
 bounds); the decisions are exact integer comparisons. docs/accuracy.md states each argument.
@@ -27,6 +28,7 @@ from ..maxofk_tables import (centred_upper, deflated_scores, exact_scores, inter
 from ..verify import show
 
 MAX_BRUTE_INPUTS = 1 << 26
+MAX_EU_GROUPS = 32
 
 
 def parse_claim(claim, cfg) -> int:
@@ -223,18 +225,18 @@ def parse_subcubic(evidence, cfg):
     n, v = cfg.n_ctx, cfg.d_vocab
     variant = evidence.get("variant")
     if variant == "svd":
-        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"}, {"eu_groups"})
         x, y = (parse_vector(evidence[key], f"evidence.{key}", cfg.d_head, "d_head") for key in ("x", "y"))
     elif variant == "svd2":
-        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"}, {"eu_groups"})
         x, y = (parse_pair(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))
     elif variant == "svd-rec":
-        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"})
+        fields(evidence, "evidence", {"strategy", "variant", "cases", "x", "y"}, {"eu_groups"})
         x, y = (parse_hint_list(evidence[key], f"evidence.{key}", cfg.d_head) for key in ("x", "y"))
         if len(x) != len(y):
             raise BadInput(f"evidence.y: must list as many hint vectors as evidence.x ({len(x)})")
     elif variant == "exact-eqke":
-        fields(evidence, "evidence", {"strategy", "variant", "cases"})
+        fields(evidence, "evidence", {"strategy", "variant", "cases"}, {"eu_groups"})
         x = y = None
     else:
         raise BadInput("evidence.variant: must be \"svd\", \"svd2\", \"svd-rec\" or \"exact-eqke\"")
@@ -264,6 +266,17 @@ def parse_pair(obj, where: str, d_head: int) -> list:
     return [[parse_number(t, f"{where}[{r}][{i}]") for i, t in enumerate(vec)] for r, vec in enumerate(obj)]
 
 
+def parse_groups(evidence, v: int):
+    """The EU option's hint: evidence.eu_groups, a group id in [0, MAX_EU_GROUPS) per query token (None if
+    absent). The group count bounds the checker's extra O(groups d_vocab^2) work."""
+    if "eu_groups" not in evidence:
+        return None
+    groups = evidence["eu_groups"]
+    if not isinstance(groups, list) or len(groups) != v:
+        raise BadInput(f"evidence.eu_groups: must be a list of d_vocab = {v} group ids")
+    return [parse_int(g, f"evidence.eu_groups[{q}]", 0, MAX_EU_GROUPS - 1) for q, g in enumerate(groups)]
+
+
 def parse_hint_list(obj, where: str, d_head: int) -> list:
     """1 to d_head hint vectors of d_head exact numbers each (the svd-rec variant's x or y)."""
     if not isinstance(obj, list) or not 1 <= len(obj) <= d_head:
@@ -287,8 +300,10 @@ def subcubic_check(B, model, T, evidence, ob):
     cfg = model.config
     n = cfg.n_ctx
     variant, x, y, cases = parse_subcubic(evidence, cfg)
-    with ob.step("subcubic value tables (mean+diff, top-2 per row)"):
-        V = value_bounds(T)
+    groups = parse_groups(evidence, cfg.d_vocab)
+    with ob.step("subcubic value tables (mean+diff" + (f", {len(set(groups))} EU groups" if groups else "")
+                 + ", top-2 per row)"):
+        V = value_bounds(T, groups)
     with ob.step(f"attention scores ({variant})"):
         S = rank1_scores(B, T, x, y) if variant == "svd" else \
             rank2_scores(B, T, x, y) if variant == "svd2" else \
@@ -324,7 +339,7 @@ def subcubic_check(B, model, T, evidence, ob):
             ob.require(ok, "subcubic case", f"max {m}, query {q}, {c} non-max copies <= {j}: not certainly "
                                             f"correct ({variant}, scores at 2^-{scale})")
             count += math.comb(n - 1, c) * (j + 1) ** c if c else 1
-    return count, f"subcubic proof ({variant})"
+    return count, f"subcubic proof ({variant}{'+eu' if groups else ''})"
 
 
 # ------------------------------------------------------------------------------------------------ entry
