@@ -167,7 +167,8 @@ def cmd_overwhelm_repetition(args):
     tasks = [{"id": f"rep-{r}-n{n}-{m}", "kind": "repetition", "n_fix": n, "sample": 0, "repeated": r,
               "free_name": f"any:{args.n_free}", "method": m, "step": None, "prefix": [r] * n, "query": r,
               "free_spec": ("any", args.n_free, None), "model": args.model, "cert_dir": cert_dir,
-              "check": not args.no_check, "backend": args.backend}
+              "check": not args.no_check and (args.check_max_n is None or n <= args.check_max_n),
+              "backend": args.backend}
              for r in tokens for n in lengths for m in args.methods.split(",")]
     results = os.path.join(args.out_dir, "cells.jsonl")
     rows = run_tasks(tasks, args.jobs, results, "repetition sweep")
@@ -217,6 +218,8 @@ def add_command(esub):
     p.add_argument("--methods", default="naive,tight")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-check", action="store_true", help="do not run the checker on certificates")
+    p.add_argument("--check-max-n", type=int, default=None,
+                   help="check certificates inline only up to this n_fix (a check costs time linear in n_fix)")
     p.add_argument("--check-limit", type=int, default=0,
                    help="with --no-check: afterwards check up to N certified cells, largest n_fix first")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")

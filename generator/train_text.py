@@ -3,7 +3,8 @@
 The architecture is the overwhelm paper's block: token embedding, one LayerNorm shared by attention
 and MLP, parallel residual (resid + attn(LN(resid)) + mlp(LN(resid))), RoPE on all of d_head
 (GPT-NeoX rotate-half pairs, base 10000), causal attention scaled by sqrt(d_head), ReLU MLP, no
-final LayerNorm, untied unembedding; biases everywhere. Next-token cross-entropy on every position
+final LayerNorm, untied unembedding; biases everywhere. `--no-rope`: the same block without any
+positional information (config positional_embedding_type "none"; the paper's appendix F). Next-token cross-entropy on every position
 of random windows of the training stream (`generator.text_data`), AdamW, linear warm-up then cosine
 decay, gradient clipping at 1. Training is deterministic on CPU for a given seed and thread count.
 The result is a tcert model file whose config `tokenizer` names its vocabulary.

@@ -5,7 +5,8 @@
   taken out): the checker's enclosures contain the oracle's logits, and the last position's logits do
   not depend on the order of the earlier tokens nor, for a repeated token, on the length (Lemma F.3);
 - soundness: naive, lp and tight overwhelm certificates on random tiny NoPE models, checked by both
-  backends; whatever is VERIFIED is confirmed on every free string by the oracle.
+  backends; whatever is VERIFIED is confirmed on every free string by the oracle;
+- `tcert train text --no-rope` and the shipped model `certificates/models/text_nope.safetensors`.
 """
 
 import dataclasses
@@ -22,12 +23,14 @@ from checker.errors import BadInput
 from checker.forward import last_logits
 from checker.interval import make_backend
 from checker.modelfile import load_model
-from conftest import example_scale
+from conftest import CERTIFICATES, example_scale
 from generator.forward import logits as float_logits
 from generator.modelio import save_model
 from generator.overwhelm import generate
 from generator.overwhelm_tight import generate_tight
 from overwhelm_helpers import Oracle, exhaustive_confirms, model_of, tiny_neox1l, verdict
+
+NOPE = CERTIFICATES / "models" / "text_nope.safetensors"
 
 def tiny_nope(**kw):
     """A tiny random neox1l model with its positional information removed."""
@@ -165,3 +168,34 @@ def test_repetition_restriction_w_falls_and_ptp_is_constant():
     ws = [w for w, _ in rows]
     assert all(b < a for a, b in zip(ws, ws[1:]))
     assert ws[-1] < ptps[-1] / 2 < ws[0]
+
+
+def test_train_text_no_rope_writes_a_position_free_model(tmp_path):
+    """`tcert train text --no-rope` (train_text(rope=False)): config type "none", no W_pos, the torch
+    training forward equals the numpy forward on the saved file, training lowers the held-out loss."""
+    torch = pytest.importorskip("torch")
+    from generator.train_text import forward, train_text
+    path = tmp_path / "m.safetensors"
+    cfg, history, held = train_text(str(path), d_model=16, d_mlp=32, n_heads=2, vocab="small", vocab_size=300,
+                                    steps=30, seq_len=16, batch=8, lr=1e-2, seed=3, n_ctx=64, eval_every=30,
+                                    eval_windows=8, sources="lee", progress=False, rope=False)
+    assert cfg["positional_embedding_type"] == "none" and cfg["rotary_dim"] is None
+    m = load_model(str(path))
+    assert "pos_embed.W_pos" not in m.tensors and not m.config.rotary
+    assert held < history[0][2] - 0.3, history
+    x = np.random.default_rng(0).integers(0, m.config.d_vocab, (2, 20))
+    p = {k: torch.tensor(np.asarray(v, dtype=np.float64)) for k, v in m.tensors.items()}
+    expected = forward(torch, p, cfg, torch.tensor(x)).numpy()[:, -1]
+    assert np.allclose(float_logits(m, x), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_shipped_nope_model_is_position_free():
+    """The shipped appendix-F model has no positional information: permuting the tokens before the last
+    one does not change the last position's logits."""
+    m = load_model(str(NOPE))
+    assert m.config.positional_embedding_type == "none" and "pos_embed.W_pos" not in m.tensors
+    rng = np.random.default_rng(5)
+    seq = [int(t) for t in rng.integers(0, m.config.d_vocab, 40)]
+    batch = [seq] + [[int(t) for t in rng.permutation(seq[:-1])] + seq[-1:] for _ in range(3)]
+    out = float_logits(m, np.asarray(batch))
+    assert np.allclose(out, out[0], rtol=0, atol=1e-9)
