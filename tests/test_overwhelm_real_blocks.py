@@ -38,6 +38,7 @@ from generator.cli import main as tcert_main
 from generator.forward import logits as float_logits
 from generator.overwhelm import generate
 from generator.overwhelm_tight import generate_tight
+from test_overwhelm_tight import scenarios as tight_scenarios
 from overwhelm_helpers import (Oracle, exhaustive_confirms, free_strings, model_of, tiny_neox1l, tiny_neox_real,
                                verdict)
 
@@ -82,24 +83,13 @@ def test_oracle_and_checker_forward_agree_on_real_blocks():
 
 @st.composite
 def scenarios(draw):
-    """A random tiny real-block model plus an overwhelm question (prefixes biased to one repeated token)."""
-    d_vocab = draw(st.integers(3, 6))
-    d_head = draw(st.sampled_from([2, 4]))
-    model_args = dict(seed=draw(st.integers(0, 10 ** 6)), d_vocab=d_vocab, n_heads=draw(st.integers(1, 3)),
-                      d_head=d_head, rotary_dim=draw(st.sampled_from([2, d_head])), adjacent=draw(st.booleans()),
-                      act_fn=draw(st.sampled_from(["gelu", "gelu", "gelu_new", "relu"])),
-                      bias_sc=draw(st.sampled_from([0.1, 0.3, 1.0])), ln_f_sc=draw(st.sampled_from([0.1, 0.3, 1.0])),
-                      qk_scale=draw(st.sampled_from([0.2, 0.5, 1.0])), near_tie=draw(st.integers(0, 9)) == 0)
-    n_fix = draw(st.sampled_from([0, 1, 4, 8, 20]))
-    dominant = draw(st.integers(0, d_vocab - 1))
-    noise = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_fix, max_size=n_fix))
-    mix = draw(st.sampled_from([0, 0.1, 0.5]))
-    prefix = [noise[i] if i < int(mix * n_fix) else dominant for i in range(n_fix)]
-    n_free = draw(st.integers(1, 3 if d_vocab <= 4 else 2))
-    kind = draw(st.sampled_from(["any", "perm", "perm"]))
-    multiset = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_free, max_size=n_free)) if kind == "perm" else None
-    return dict(model_args=model_args, prefix=prefix, query=draw(st.integers(0, d_vocab - 1)), kind=kind,
-                n_free=n_free, multiset=multiset, relax=draw(st.booleans()), exact_all=draw(st.booleans()))
+    """The tight tests' random question (tests/test_overwhelm_tight.py) on a real block: activation, bias
+    scale and final-LN spread drawn on top of its model arguments."""
+    s = draw(tight_scenarios())
+    s["model_args"].update(act_fn=draw(st.sampled_from(["gelu", "gelu", "gelu_new", "relu"])),
+                           bias_sc=draw(st.sampled_from([0.1, 0.3, 1.0])),
+                           ln_f_sc=draw(st.sampled_from([0.1, 0.3, 1.0])))
+    return s
 
 
 def test_real_blocks_sound_on_both_backends():
@@ -327,6 +317,23 @@ def test_shipped_real_block_certificates(tmp_path):
             ob, cert = verify_files(str(shipped), str(SHIPPED_MODEL), backend)
             assert "final LN sigma in" in ob.summary
         assert exhaustive_confirms(model, prefix, query, kind, n_free, multiset, cert["claim"]["predicted"])[0]
+
+
+def test_upto_on_the_shipped_real_block():
+    """--free upto:2 with method tight on the GPT-NeoX example: VERIFIED on both backends and true for every
+    string of every length 0..2 (110-bit oracle); with method naive the generator refuses."""
+    from generator.overwhelm_upto import generate_upto
+    model = load_model(str(SHIPPED_MODEL))
+    cert, rep = generate_upto(model, [0] * 12, 7, 2, "tight")
+    assert cert is not None, rep
+    for b in BACKENDS:
+        assert verdict(model, cert, b) == "VERIFIED"
+    k = cert["claim"]["predicted"]
+    assert max(range(10), key=lambda j: Oracle(model).logits([0] * 12 + [7])[j]) == k
+    for L in (1, 2):
+        assert exhaustive_confirms(model, [0] * 12, 7, "any", L, None, k)[0]
+    with pytest.raises(BadInput, match="only by --method tight"):
+        generate_upto(model, [0] * 12, 7, 2, "naive")
 
 
 if __name__ == "__main__":   # rewrite the shipped example: PYTHONPATH=. python tests/test_overwhelm_real_blocks.py
