@@ -25,7 +25,8 @@ from generator.accuracy import make_certificate  # noqa: E402
 from generator.importers import import_npz  # noqa: E402
 from generator.modelio import save_model  # noqa: E402
 
-STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:exact-eqke")
+STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
+              "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")
 REFERENCE = {"maxof4_seed123": {"cubic": 15_821_617, "best subcubic": 11_287_877},
              "maxof4_seed50": {"cubic": 15_868_028, "best subcubic": 11_542_074}}
 
@@ -38,22 +39,23 @@ def run(npz, tmp, brute_check: bool, backend: str):
     model = load_model(model_path)
     rows, exact = [], None
     for strategy in STRATEGIES:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         cert, report = make_certificate(model, strategy, exact)
-        gen = time.perf_counter() - t0
+        gen, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
         path = os.path.join(tmp, f"{name}_{strategy.replace(':', '_')}.json")
         certio.write(path, cert)
-        check = None
+        check = check_cpu = None
         if strategy != "brute" or brute_check:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             verify_files(path, model_path, backend)
-            check = time.perf_counter() - t0
+            check, check_cpu = time.perf_counter() - t0, time.process_time() - c0
         if strategy == "brute":
             exact = report["bound"]
         rows.append({"model": name, "strategy": strategy, "bound": report["bound"], "exact": exact,
                      "flops": report["flops"], "complexity": report["complexity"], "gen_s": gen, "check_s": check})
         print(f"{name:16s} {strategy:20s} bound {report['bound']:>9d}  bound/exact {report['bound'] / exact:.4f}  "
-              f"generator {gen:6.2f} s  checker({backend}) " + (f"{check:6.2f} s" if check is not None else "   (skipped)")
+              f"generator {gen:6.2f} s [{gen_cpu:5.2f} CPU]  checker({backend}) "
+              + (f"{check:6.2f} s [{check_cpu:5.2f} CPU]" if check is not None else "   (skipped)")
               + f"  {report['flops']:.3g} FLOPs  {report['complexity']}", flush=True)
     return rows
 
@@ -63,8 +65,9 @@ def plot(rows, out):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    markers = {"brute": "s", "cubic": "o", "subcubic:svd": "^", "subcubic:exact-eqke": "v"}
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = {"brute": "s", "cubic": "o", "subcubic:svd": "^", "subcubic:svd2": "<", "subcubic:svd-rec": ">",
+               "subcubic:exact-eqke": "v", "subcubic:svd-rec+eu": "P", "subcubic:exact-eqke+eu": "X"}
     for strategy in STRATEGIES:
         pts = [(r["flops"], r["bound"] / r["exact"]) for r in rows if r["strategy"] == strategy]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=markers[strategy], label=strategy, s=50)
@@ -73,7 +76,7 @@ def plot(rows, out):
     ax.set_ylabel("certified bound / exact accuracy")
     ax.set_title("Max-of-4 anchors: bound vs proof cost")
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
@@ -85,6 +88,7 @@ def main():
     parser.add_argument("--backend", default="flint", choices=["flint", "mpmath"])
     parser.add_argument("--plot", default=None, help="write the bound-vs-FLOPs plot (PNG) here")
     args = parser.parse_args()
+    print("load:", os.popen("uptime").read().strip())
     anchors = sorted(glob.glob(os.path.join(ROOT, "certificates", "anchors", "maxofk", "*.npz")))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,6 +109,7 @@ def main():
         mean = sum(ratios) / len(ratios)
         sd = (sum((x - mean) ** 2 for x in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else 0.0
         print(f"{strategy:22s}" + "".join(f"{c:>32s}" for c in cells) + f"{mean:>10.4f} +- {sd:.4f}")
+    print("load:", os.popen("uptime").read().strip())
     if args.plot:
         plot(rows, args.plot)
 

@@ -32,7 +32,8 @@ sys.path.insert(0, ROOT)
 from checker.cli import verify_files  # noqa: E402
 from checker.modelfile import load_model  # noqa: E402
 
-DEFAULT_STRATEGIES = ("cubic", "subcubic:svd", "subcubic:svd2", "subcubic:exact-eqke")
+DEFAULT_STRATEGIES = ("cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
+                      "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")
 PUBLISHED_EXACT = {"maxof4_seed123": 16_763_235, "maxof4_seed50": 16_771_350}
 
 
