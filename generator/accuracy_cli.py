@@ -30,12 +30,18 @@ def cmd_accuracy(args) -> int:
         raise BadInput("accuracy: needs a 1-layer, 1-head, attention-only model with learned positions")
     if args.strategy.partition(":")[0] not in STRATEGIES:
         raise BadInput(f"--strategy must be one of brute, cubic, subcubic[:NAME] (got {args.strategy!r})")
+    if args.strategy.startswith("subcubic"):
+        from .maxofk_subcubic import parse_name
+        try:
+            parse_name(args.strategy.partition(":")[2] or None)
+        except ValueError as e:
+            raise BadInput(f"--strategy: {e}") from None
     c = model.config
     if args.strategy == "brute" and c.d_vocab ** c.n_ctx > 1 << 26:
         raise BadInput(f"brute force over {c.d_vocab}^{c.n_ctx} inputs is out of range")
     if args.strategy == "cubic" and c.d_vocab >= 256:
         print(f"note: the cubic checker does O(d_vocab^3 n_ctx^2) exact-integer work: measured 4.7 CPU-minutes "
-              f"at d_vocab 512 (docs/accuracy.md); subcubic[:svd2|:exact-eqke] is the practical choice at "
+              f"at d_vocab 512 (docs/accuracy.md); subcubic[:svd-rec|:exact-eqke][+eu] is the practical choice at "
               f"d_vocab {c.d_vocab}", file=sys.stderr)
     true_count = args.true_count if args.true_count is not None else KNOWN_EXACT.get(model.sha256)
     start = time.perf_counter()
@@ -56,7 +62,8 @@ def add_commands(sub):
     """Register `tcert accuracy`."""
     p = sub.add_parser("accuracy", help="certify a lower bound on a Max-of-K model's accuracy")
     p.add_argument("--model", required=True)
-    p.add_argument("--strategy", default="cubic", help="brute | cubic | subcubic[:NAME]")
+    p.add_argument("--strategy", default="cubic",
+                   help="brute | cubic | subcubic[:svd|:svd2|:svd-rec|:svd-recN|:exact-eqke][+eu]")
     p.add_argument("--out", required=True)
     p.add_argument("--true-count", type=int, default=None,
                    help="exact number of correct inputs, if known (reported as bound / true accuracy)")

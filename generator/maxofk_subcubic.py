@@ -199,17 +199,25 @@ def eu_groups(EU, k: int, iters: int = 30):
     return np.unique(lab, return_inverse=True)[1]           # ids 0..(used groups - 1)
 
 
+def parse_name(name):
+    """(variant, rank, option) of a subcubic strategy name VARIANT[+eu] (svd-recN: N deflation steps);
+    ValueError for an unknown name."""
+    base, plus, option = (name or "svd").partition("+")
+    if plus and option != "eu":
+        raise ValueError(f"unknown subcubic option {option!r} (known: +eu)")
+    variant, rank = base, REC_RANK
+    if variant.startswith("svd-rec") and variant[7:].isdigit() and int(variant[7:]) >= 1:
+        variant, rank = "svd-rec", int(variant[7:])
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown subcubic variant {variant!r} (known: {', '.join(VARIANTS)}, svd-recN)")
+    return variant, rank, option
+
+
 def subcubic_evidence(model, T, name=None):
     """(evidence, count, info) for subcubic variant `name` (default "svd")."""
     from .accuracy import attention_weights
-    name, plus, option = (name or "svd").partition("+")
-    if plus and option != "eu":
-        raise ValueError(f"unknown subcubic option {option!r} (known: +eu)")
-    variant, rank = name, REC_RANK
-    if variant.startswith("svd-rec") and variant[7:].isdigit():      # svd-recN: N deflation steps
-        variant, rank = "svd-rec", max(1, int(variant[7:]))
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown subcubic variant {variant!r} (known: {', '.join(VARIANTS)}, svd-recN)")
+    variant, rank, option = parse_name(name)
+    plus = "+" if option else ""
     n, v = T["n"], T["v"]
     _, pw, _ = attention_weights(T)
     lo, hi, P = position_sums(pw, n)

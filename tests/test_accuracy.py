@@ -335,6 +335,8 @@ def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
     ob, cert = verify_files(out, path, "flint")
     assert cert["claim"]["correct_at_least"] == report["bound"] > 0
     assert main(["accuracy", "--model", path, "--strategy", "quantum", "--out", out]) == 2
+    for bad in ("subcubic:quantum", "subcubic:svd+xx", "subcubic:svd-rec0"):
+        assert main(["accuracy", "--model", path, "--strategy", bad, "--out", out]) == 2
 
 
 def test_importance_sampled_estimate_is_close_to_exact(tmp_path):

@@ -23,8 +23,8 @@ import numpy as np
 from ..envelope import fields
 from ..errors import BadInput
 from ..exact import parse_int, parse_number, parse_vector
-from ..maxofk_tables import (centred_upper, deflated_scores, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores,
-                             rank2_scores, require_maxofk, value_bounds, value_tables)
+from ..maxofk_tables import (centred_upper, deflated_scores, exact_scores, interval_mul, mul_upper, prefix_max,
+                             rank1_scores, rank2_scores, require_maxofk, value_bounds, value_tables)
 from ..verify import show
 
 MAX_BRUTE_INPUTS = 1 << 26
