@@ -22,21 +22,11 @@ import math
 
 import numpy as np
 
-from .accuracy import SLACK, TINY, position_sums
+from .accuracy import SLACK, TINY, excl_max, position_sums
 
 VARIANTS = ("svd", "svd2", "svd-rec", "exact-eqke")
 EU_GROUPS = 32        # query groups of the +eu option (the checker accepts at most 32)
 REC_RANK = 8          # default number of successive rank-1 deflations of the svd-rec variant
-
-
-def top2_excl(M):
-    """X[r, m] = max_{x != m} M[r, x] for every row r and column m (top-2 per row)."""
-    order = np.argsort(-M, axis=1)
-    first = M[np.arange(M.shape[0]), order[:, 0]]
-    second = M[np.arange(M.shape[0]), order[:, 1]]
-    X = np.repeat(first[:, None], M.shape[1], axis=1)
-    X[np.arange(M.shape[0]), order[:, 0]] = second
-    return X
 
 
 def query_key_factors(model):
@@ -169,9 +159,9 @@ def value_bounds(T, groups=None):
             rows = np.nonzero(groups == g)[0]
             Tm[rows] = np.minimum(Tm[rows], centred_tm(EU, G, rows))
     F = EU + EV + PV[n - 1][None, :]
-    Tq = top2_excl(F) - F
-    EUp = top2_excl(EU) - EU                                            # (q, m)
-    R = (top2_excl(EV) - EV).T + np.diag(top2_excl(Pn))[:, None]        # (m, k)
+    Tq = excl_max(F) - F
+    EUp = excl_max(EU) - EU                                            # (q, m)
+    R = (excl_max(EV) - EV).T + np.diag(excl_max(Pn))[:, None]        # (m, k)
     Rpre = np.maximum.accumulate(R, axis=1)                             # (m, j)
     return Tm, Tq, EUp, Rpre
 
@@ -181,7 +171,7 @@ def centred_tm(EU, G, rows):
     max_{x != m} (EU[q,x] + G[m,x]) <= max_{x != m} (mu[x] + G[m,x]) + max_x (EU[q,x] - mu[x])."""
     mu = EU[rows].mean(axis=0)
     d = EU[rows] - mu
-    Amax = np.diag(top2_excl(mu[None, :] + G)) - mu                     # (m,)
+    Amax = np.diag(excl_max(mu[None, :] + G)) - mu                     # (m,)
     return Amax[None, :] + d.max(axis=1)[:, None] - d                   # (rows, m)
 
 
