@@ -43,11 +43,16 @@ def svd_factors(model, T):
     Q, K = query_key_factors(model)
     # top singular pair of Q K^T by power iteration on the factors: O(iterations * d_vocab * d_head)
     vk = np.ones(K.shape[0]) / np.sqrt(K.shape[0])
+    e = np.eye(Q.shape[1])[0]                # fallback when Q K^T kills the iterate: any y.x != 0 is valid
     for _ in range(200):
         u = Q @ (K.T @ vk)
+        if not np.linalg.norm(u) > 0:
+            return Q, K, e, e
         u /= np.linalg.norm(u)
         vk = K @ (Q.T @ u)
         sigma = np.linalg.norm(vk)
+        if not sigma > 0:
+            return Q, K, e, e
         vk /= sigma
     return Q, K, K.T @ vk, Q.T @ u / sigma
 
@@ -66,6 +71,8 @@ def svd2_factors(model):
         # take x2 = y2 orthogonal to x1 and y1, so Y^T X = diag(y1.x1, |x2|^2)
         basis = np.linalg.qr(np.column_stack([X[:, 0], Y[:, 0], np.eye(len(X))]))[0]
         X[:, 1] = Y[:, 1] = basis[:, 2]
+    if not sig[0] > 0:                       # Q K^T = 0: any pair with Y^T X invertible is valid
+        X = Y = np.eye(Q.shape[1])[:, :2]
     return Q, K, X, Y
 
 

@@ -470,3 +470,16 @@ def test_eu_groups_are_used_and_not_trusted(tiny, tmp_path):
     def singletons(c):
         c["evidence"]["eu_groups"] = list(range(8))
     verify_files(mutated(tmp, certs["subcubic:svd-rec+eu"], singletons), path, "flint")
+
+
+def test_zero_attention_scores(tmp_path):
+    """W_Q = b_Q = 0 makes EQKE = 0 (uniform attention over tokens): the hint constructions must fall back to
+    a valid projection instead of dividing by a zero singular value; every bound is sound and equal."""
+    tensors, config = constructed(6, 3, 15.0, 3.0, 0.0, 1)
+    for name in ("blocks.0.attn.W_Q", "blocks.0.attn.b_Q"):
+        tensors[name] = np.zeros_like(tensors[name])
+    path = write_model(tmp_path, tensors, config)
+    exact = oracle_upper(load_model(path))
+    bounds = {s: certify(path, s, tmp_path)[0] for s in STRATEGIES}
+    assert all(0 < n <= exact for n in bounds.values()), (bounds, exact)
+    assert len({bounds[s] for s in STRATEGIES if s.startswith("subcubic")}) == 1, bounds
