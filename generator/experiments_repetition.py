@@ -174,8 +174,17 @@ def cmd_overwhelm_repetition(args):
     rows = run_tasks(tasks, args.jobs, results, "repetition sweep")
     if args.check_limit:
         rows = check_later(rows, args.check_limit, args.jobs, results, args.model, args.backend)
-    for row in rows:
-        row["W_predicted"] = float(predicted_w(theory[row["repeated"]]["heads"], [row["n_fix"]])[0])
+    if args.check_first:   # the smallest certified n_fix of each (token, method): where convergence begins
+        firsts = {}
+        for x in sorted(rows, key=lambda x: x["n_fix"]):
+            if x["verdict"] == "Overwhelmed":
+                firsts.setdefault((x["repeated"], x["method"]), x)
+        todo = [x for x in firsts.values() if x["checked"] is None]
+        done = {x["id"]: x for x in check_later(todo, len(todo), args.jobs, results, args.model, args.backend)}
+        rows = [done.get(x["id"], x) for x in rows]
+    for row in rows:   # the closed form is the naive bound's; tight has none
+        row["W_predicted"] = float(predicted_w(theory[row["repeated"]]["heads"], [row["n_fix"]])[0]) \
+            if row["method"] == "naive" else None
     write_csv(rows, os.path.join(args.out_dir, "points.csv"), COLUMNS)
     plot(rows, theory, os.path.join(args.out_dir, "fig_repetition.png"), c.n_ctx)
     summary = {}
@@ -222,5 +231,7 @@ def add_command(esub):
                    help="check certificates inline only up to this n_fix (a check costs time linear in n_fix)")
     p.add_argument("--check-limit", type=int, default=0,
                    help="with --no-check: afterwards check up to N certified cells, largest n_fix first")
+    p.add_argument("--check-first", action="store_true",
+                   help="with --no-check: afterwards check the smallest certified n_fix of each token and method")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
     p.set_defaults(func=cmd_overwhelm_repetition)
