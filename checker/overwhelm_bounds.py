@@ -194,7 +194,7 @@ class UptoTables:
         cfg = model.config
         if mode == "table" and len(allowed) * cfg.d_vocab * cfg.n_heads > MAX_TABLE_ENTRIES:
             raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
-        self.B, self.mode, self.n_max, H, N = B, mode, n_max, cfg.n_heads, n_max
+        self.B, self.mode, self.n_max, H, N, dh = B, mode, n_max, cfg.n_heads, n_max, cfg.d_head
         pre, n_fix = "blocks.0.attn.", len(prefix)
         self.fs = fs = FixedSide(B, model, W, prefix, query, range(n_fix + N + 1))
         self.masses = {L: [fs.mass(h, n_fix + L) for h in range(H)] for L in range(1, N + 1)}
@@ -214,7 +214,8 @@ class UptoTables:
             ones = B.array(np.ones((len(chunk), 1)))
             S = X @ stacked + ones @ bias_row
             self.score_lo, self.score_hi = merge(self.score_lo, self.score_hi, *S.col_bounds())
-            values = [X @ W.mat(pre + "W_V", h) for h in range(H)]
+            V = (X @ W.heads_concat(pre + "W_V")).rows()
+            values = [B.matrix([row[h * dh:(h + 1) * dh] for row in V]) for h in range(H)]
             if mode == "table":
                 projected = [r for h in range(H) for r in (values[h] @ W.mat(pre + "W_O", h)).rows()]
                 for h, (lo, hi) in enumerate((B.matrix(projected) @ WU).col_bounds(H)):
@@ -231,7 +232,7 @@ class UptoTables:
             uM = (B.matrix(rows) @ WU).rows()
             self.uM = {(L, h): uM[(L - 1) * H + h] for L in range(1, N + 1) for h in range(H)}
         else:
-            self.colnorms = [[norm_upper(B, col) for col in (W.mat(pre + "W_O", h) @ WU).T.rows()] for h in range(H)]
+            self.colnorms = column_norms(B, model)
 
     def heads(self, L: int) -> list:
         """The HeadData of free length L (1 <= L <= n_max), as `prepare` would give (without qcols)."""
@@ -249,9 +250,25 @@ class UptoTables:
             else:
                 sq = max(B.upper(B.num(self.sq[h][L - 1]) + B.fsum(x * x for x in u)), Fraction(0))
                 r = B.upper(B.sqrt(B.num(sq)))
-                hd.value_lo, hd.value_hi = [-r * n for n in self.colnorms[h]], [r * n for n in self.colnorms[h]]
+                hd.value_hi = [r * n for n in self.colnorms[h]]
+                hd.value_lo = [-x for x in hd.value_hi]
             out.append(hd)
         return out
+
+
+def column_norms(B, model) -> list:
+    """Per head h, exact upper bounds of ||(W_O^h W_U)[:, j]||_2 for every logit j: one product of all
+    heads' W_O stacked ((heads * d_head) x d_model) with W_U, in column chunks of W_U (memory)."""
+    cfg = model.config
+    dh = cfg.d_head
+    WO = B.array(np.concatenate(list(model.tensors["blocks.0.attn.W_O"]), axis=0))
+    WU = model.tensors["unembed.W_U"]
+    out = [[] for _ in range(cfg.n_heads)]
+    for start in range(0, cfg.d_vocab, CHUNK):
+        for row in (WO @ B.array(WU[:, start:start + CHUNK])).T.rows():
+            for h in range(cfg.n_heads):
+                out[h].append(norm_upper(B, row[h * dh:(h + 1) * dh]))
+    return out
 
 
 def merge(lo, hi, new_lo, new_hi):

@@ -120,7 +120,9 @@ def check_upto(model, claim, evidence, B, ob):
 
     evidence {"lengths": [e_0, ..., e_N]}: e_0 is a prediction claim on prefix + [query] predicting k;
     e_L (L >= 1) is exactly the evidence of the any:L certificate for the same prefix, query and k, and
-    is checked by check_fixed_length. All lengths must pass; the claim is their conjunction."""
+    is checked by check_fixed_length; for method naive its length-independent enclosures come from
+    overwhelm_bounds.UptoTables, computed once for all lengths (shared_tables). All lengths must pass;
+    the claim is their conjunction."""
     cfg = model.config
     fields(claim, "claim", {"prefix", "query", "predicted", "free"})
     fields(claim["free"], "claim.free", {"kind", "length"})
