@@ -321,6 +321,9 @@ def free_strings(free, d_vocab):
     """The designed free set of an overwhelm claim."""
     if free["kind"] == "any":
         return itertools.product(range(d_vocab), repeat=free["length"])
+    if free["kind"] == "upto":   # every length 0..N
+        return itertools.chain.from_iterable(itertools.product(range(d_vocab), repeat=n)
+                                             for n in range(free["length"] + 1))
     return sorted(set(itertools.permutations(free["tokens"])))
 
 
@@ -585,7 +588,24 @@ def tiny_cases(workdir: str) -> list:
     cert, _ = make_certificate(m, "subcubic:svd-rec")      # recursive deflation hints (x_i, y_i)
     tight_cases.append(Case("accuracy", "tiny max-of-3 v6 subcubic:svd-rec", cert, path,
                             lambda m=m: accuracy_oracle(m)))
-    return cases + tight_cases + real_block_cases(workdir)   # appended last: the per-index tests keep their cases
+    return cases + tight_cases + real_block_cases(workdir) + upto_cases(workdir)   # appended last: the per-index tests keep their cases
+
+
+def upto_cases(workdir: str) -> list:
+    """An overwhelm `upto:2` certificate (naive evidence per length, tight hints) on a tiny neox1l model:
+    its lengths' tables come from the checker's shared UptoTables."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from checker.modelfile import load_model
+    from generator.modelio import save_model
+    from generator.overwhelm_upto import generate_upto
+    from overwhelm_helpers import tiny_neox1l
+    path = os.path.join(workdir, "ow_upto_14.safetensors")
+    save_model(path, *tiny_neox1l(14, qk_scale=0.5))
+    m = load_model(path)
+    cert, rep = generate_upto(m, [1] * 30, 2, 2, "naive", "table", "tight")
+    assert cert is not None, rep["failing"]
+    return [Case("overwhelm", "tiny neox1l upto/naive", cert, path, lambda m=m: overwhelm_oracle(m))]
 
 
 def real_block_cases(workdir: str) -> list:

@@ -64,6 +64,16 @@ def test_tight_overwhelm_mutants_never_accepted_false(cases, shas, name):
     assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
 
 
+def test_upto_overwhelm_mutants_never_accepted_false(cases, shas):
+    """The overwhelm free kind upto (evidence per length, shared tables in the checker): same standard."""
+    case = next(c for c in cases if c.name == "tiny neox1l upto/naive")
+    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=11)
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=111, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+
+
 @pytest.mark.parametrize("kind", M.KINDS)
 def test_unsafe_claim_moves_are_mostly_rejected(cases, shas, kind):
     """Every claim-strengthening numeric move of the kind's cases: none accepted-false, most rejected."""
