@@ -253,7 +253,8 @@ def plot_sweep(rows, out_dir, frees):
                         xs = [p[0] for p in pts if p[2] == s]
                         ys = [p[1] for p in pts if p[2] == s]
                         label = (f"W {method}" if what == "W" else "PTP") if s == 0 else None
-                        ax.plot(xs, ys, marker=".", alpha=0.8, color=COLORS[method], label=label)
+                        ax.plot(xs, ys, marker=".", alpha=0.8, color=COLORS[method] if what == "W" else "k",
+                                label=label)
                 if what == "W":
                     pts = sorted((r["n_fix"], r["ptp"] / 2, r["sample"]) for r in cell if r["method"] == methods[-1])
                     for s in sorted({p[2] for p in pts}):
