@@ -14,8 +14,11 @@ T = P diag(w) and gives U_jk >= max over T of u_jk . r. For sigma in [s_lo, s_hi
 linear in 1/sigma, so max(U/s_lo, U/s_hi) + e < 0 proves logit_j < logit_k (`decide`).
 
 The certificate carries s_lo, s_hi and a hint vector g; the checker only confirms them:
-- s_hi: |P r| <= |P f| + sum_h beta_max_h max_t |P P_h(t)| (triangle inequality; R_h(t) is beta(t) <=
-  beta_max_h times a convex combination of the P_h(t_i)); s_hi^2 >= N^2/d + eps in exact rationals.
+- s_hi: with D = sum_h P R_h(t), |D| <= S = sum_h beta_max_h max_t |P P_h(t)| (R_h(t) is beta(t) <=
+  beta_max_h times a convex combination of the P_h(t_i)), and |P r|^2 = |P f|^2 + 2 P f . D + |D|^2, where
+  P f . D = sum_h (P f) . R_h(t) is a linear functional bounded by per-head Dinkelbach lambdas (the
+  certificate's `cross_term`; the direction P f is computed by the checker). So |P r|^2 <=
+  min((|P f| + S)^2, |P f|^2 + 2 Lambda + S^2), and s_hi^2 >= that / d + eps in exact rationals.
 - s_lo: with v = P g, Cauchy-Schwarz gives |P r| >= (v . r) / |v| whenever v . r >= 0, and
   m <= min over T of v . r comes from the same per-head Dinkelbach bound for the direction -v (the
   certificate's `variance` lambdas); s_lo^2 <= eps + max(m, 0)^2 / (d |v|^2) in exact rationals. Nothing
@@ -33,12 +36,12 @@ from .verify import show
 
 
 def parse(raw, cfg) -> dict:
-    """evidence.final_ln -> {"g": [Fractions], "variance": raw entry, "sigma_lo", "sigma_hi"} (BadInput on
-    shape errors; the variance entry {lambdas[, duals]} is parsed by the caller)."""
-    fields(raw, "evidence.final_ln", {"variance_direction", "variance", "sigma_lo", "sigma_hi"})
+    """evidence.final_ln -> {"g": [Fractions], "variance", "cross_term": raw entries, "sigma_lo", "sigma_hi"}
+    (BadInput on shape errors; the {lambdas[, duals]} entries are parsed by the caller)."""
+    fields(raw, "evidence.final_ln", {"variance_direction", "variance", "cross_term", "sigma_lo", "sigma_hi"})
     return {"g": parse_vector(raw["variance_direction"], "evidence.final_ln.variance_direction",
                               cfg.d_model, "d_model"),
-            "variance": raw["variance"],
+            "variance": raw["variance"], "cross_term": raw["cross_term"],
             "sigma_lo": parse_number(raw["sigma_lo"], "evidence.final_ln.sigma_lo"),
             "sigma_hi": parse_number(raw["sigma_hi"], "evidence.final_ln.sigma_hi")}
 
@@ -80,19 +83,23 @@ def sqrt_upper(B, q: Fraction) -> Fraction:
     return B.upper(B.sqrt(B.num(q)))
 
 
-def check_sigma_hi(B, cfg, f, Ps: list, beta: list, sigma_hi: Fraction) -> Fraction:
-    """Obligation: sigma_hi >= sigma(r) for every reachable residual r, via
-    N = |P f| + sum_h beta_max_h max_t |P P_h(t)| >= |P r| and sigma_hi^2 >= N^2/d + eps. Returns N."""
+def check_sigma_hi(B, cfg, Pf, Ps: list, beta: list, cross: Fraction, sigma_hi: Fraction) -> Fraction:
+    """Obligation: sigma_hi >= sigma(r) for every reachable residual r. With Pf = P f (1 x d), S =
+    sum_h beta_max_h max_t |P P_h(t)| >= |P r - P f| and cross >= max over T of P f . (r - f) (checked by the
+    caller), |P r|^2 <= N2 = min((|P f| + S)^2, |P f|^2 + 2 cross + S^2); requires sigma_hi > 0 and
+    sigma_hi^2 >= N2/d + eps. Returns N2."""
     Pc = centring(B, cfg.d_model)
-    N = sqrt_upper(B, sq_norms_upper(B, f, Pc)[0])
-    for Ph, (_, bmax) in zip(Ps, beta):
-        N += bmax * sqrt_upper(B, max(sq_norms_upper(B, Ph, Pc)))
-    need = N * N / cfg.d_model + cfg.eps
+    ones = B.array(np.ones((cfg.d_model, 1)))
+    pf2 = max(B.upper((Pf.map(lambda x: x * x) @ ones).rows()[0][0]), Fraction(0))
+    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, Ph, Pc))) for Ph, (_, bmax) in zip(Ps, beta)), Fraction(0))
+    N2 = min((sqrt_upper(B, pf2) + S) ** 2, pf2 + 2 * cross + S * S)
+    need = N2 / cfg.d_model + cfg.eps
     if not (sigma_hi > 0 and sigma_hi * sigma_hi >= need):
         raise Rejected("overwhelm tight: final LN sigma_hi",
-                       f"sigma_hi = {show(sigma_hi)} is not > 0 with sigma_hi^2 >= |P r|_max^2/d + eps = "
-                       f"{show(need)} (|P r| <= {show(N)})")
-    return N
+                       f"sigma_hi = {show(sigma_hi)} is not > 0 with sigma_hi^2 >= max |P r|^2/d + eps = "
+                       f"{show(need)} (|P r|^2 <= {show(N2)}: |P f|^2 <= {show(pf2)}, spread S = {show(S)}, "
+                       f"cross term <= {show(cross)})")
+    return N2
 
 
 def centred_direction(g: list):

@@ -85,16 +85,17 @@ def parse_exact(evidence, cfg, k: int, perm: bool, n_free: int) -> dict:
 
 def parse_final_ln(evidence, cfg, perm: bool, n_free: int):
     """evidence.final_ln (present iff the model has a final LN) -> checker.overwhelm_final_ln.parse's dict
-    with "variance" replaced by (lambdas, duals or None); None without a final LN."""
+    with "variance" and "cross_term" replaced by (lambdas, duals or None); None without a final LN."""
     if cfg.final_ln != ("final_ln" in evidence):
         raise BadInput("evidence.final_ln: required exactly when the model has a final LayerNorm "
                        f"(final_ln = {cfg.final_ln})")
     if not cfg.final_ln:
         return None
     fl = final_ln.parse(evidence["final_ln"], cfg)
-    where = "evidence.final_ln.variance"
-    fields(fl["variance"], where, {"lambdas"}, {"duals"})
-    fl["variance"] = parse_head_bounds(fl["variance"], where, cfg, perm, n_free)
+    for key in ("variance", "cross_term"):
+        where = f"evidence.final_ln.{key}"
+        fields(fl[key], where, {"lambdas"}, {"duals"})
+        fl[key] = parse_head_bounds(fl[key], where, cfg, perm, n_free)
     return fl
 
 
@@ -190,20 +191,26 @@ def separable_batch(B, hd, b: list, C, lams: list, js: list, h: int, what: str =
                            f"lambda {show(lams[n])} gives -lambda*alpha_fix + max sum (a - lambda b) <= {show(total)} > 0")
 
 
+def direction_bound(B, heads, b, Ps, col, bounds, rows, name: str) -> Fraction:
+    """sum_h lambda_h >= max over T of sum_h R_h(t) . y for a residual direction y (col: d_model x 1), each
+    lambda_h checked by the Dinkelbach inequality with c_h(t) = P_h(t) . y (duals for perm if given)."""
+    lams, duals = bounds
+    for h, hd in enumerate(heads):
+        C = Ps[h] @ col
+        if duals is None:
+            separable_batch(B, hd, b[h], C, [lams[h]], [name], h, "final LN direction")
+        else:
+            dinkelbach(B, hd, b[h], [r[0] for r in C.rows()], lams[h], rows, duals[h],
+                       f"overwhelm tight: head {h}, final LN direction {name}")
+    return sum(lams)
+
+
 def variance_bound(B, heads, b, Ps, f, fl, rows) -> Fraction:
     """m <= min over T of v . r for the final LN's direction v = P g: the exact per-head bound (lambdas,
     duals for perm if given) on the direction -v, m = -(upper(-v . f) + sum_h lambda_h)."""
     v, _ = final_ln.centred_direction(fl["g"])
     col = B.matrix([[B.num(-x)] for x in v])
-    lams, duals = fl["variance"]
-    for h, hd in enumerate(heads):
-        C = Ps[h] @ col
-        if duals is None:
-            separable_batch(B, hd, b[h], C, [lams[h]], ["-v"], h, "final LN direction")
-        else:
-            dinkelbach(B, hd, b[h], [r[0] for r in C.rows()], lams[h], rows, duals[h],
-                       f"overwhelm tight: head {h}, final LN direction -v")
-    return -(B.upper((f @ col).rows()[0][0]) + sum(lams))
+    return -(B.upper((f @ col).rows()[0][0]) + direction_bound(B, heads, b, Ps, col, fl["variance"], rows, "-v"))
 
 
 def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> None:
@@ -235,7 +242,9 @@ def check_tight(model, prefix, query, k, n_free, multiset, evidence, B, ob) -> N
             raw, Ps, P = Ps, [Ph @ T for Ph in Ps], P @ T
     if fl is not None:
         with ob.step("final LN: sigma upper bound"):
-            final_ln.check_sigma_hi(B, cfg, f, raw, beta, s_hi)
+            Pf = f @ final_ln.centring(B, cfg.d_model)
+            cross = direction_bound(B, heads, b, raw, Pf.T, fl["cross_term"], rows, "P f")
+            final_ln.check_sigma_hi(B, cfg, Pf, raw, beta, cross, s_hi)
         with ob.step("final LN: sigma lower bound (variance direction)"):
             m = variance_bound(B, heads, b, raw, f, fl, rows)
             final_ln.check_sigma_lo(cfg, m, final_ln.centred_direction(fl["g"])[1], s_lo)

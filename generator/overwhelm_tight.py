@@ -111,8 +111,9 @@ def final_ln_hints(model, fm, T, prefix, query, t0, k, D, raws, R0vec, bs, betas
     """Float pieces of the final-LN argument (checker/overwhelm_final_ln.py): (F, e, s_lo, s_hi, entry).
 
     F_j = f . u_jk is the fixed part (D's columns are u_jk), e_j the offset; f is the sample's residual
-    minus the heads' free terms at the sample. sigma_hi from the triangle inequality, sigma_lo from the
-    hint g = P r0 with Dinkelbach lambdas for the direction -P g; both rounded with slack."""
+    minus the heads' free terms at the sample. sigma_hi from |P f|, the spread S and Dinkelbach lambdas
+    for the cross term (direction P f); sigma_lo from the hint g = P r0 with Dinkelbach lambdas for the
+    direction -P g; both rounded with slack."""
     c, t = model.config, model.tensors
     d = c.d_model
     eps = float(c.eps)
@@ -126,27 +127,39 @@ def final_ln_hints(model, fm, T, prefix, query, t0, k, D, raws, R0vec, bs, betas
     def centred(x):
         return x - x.mean(axis=-1, keepdims=True)
 
-    N = np.linalg.norm(centred(f)) + sum(bmax * np.linalg.norm(centred(R), axis=1).max()
-                                         for (_, bmax), R in zip(betas, raws))
-    s_hi = round_up(Fraction(float(np.sqrt((N * (1 + 2.0 ** -30)) ** 2 / d + eps)) * (1 + 2.0 ** -30)))
+    Pf = centred(f)
+    S = sum(bmax * np.linalg.norm(centred(R), axis=1).max() for (_, bmax), R in zip(betas, raws))
+
+    def head_lambdas(y):
+        """Certified per-head lambdas (and perm duals) for the residual direction y."""
+        mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ np.abs(y)
+                for h in range(c.n_heads)]
+        return exact_lambdas(bs, [R @ y for R in raws], mags, T["alpha_fix"], rows)
+
+    # |P r|^2 <= min((|Pf| + S)^2, |Pf|^2 + 2 sum(cross lambdas) + S^2), inflated for the checker's rounding
+    cross, cross_duals = head_lambdas(Pf)
+    pf2, lam = float(Pf @ Pf), sum(cross)
+    N2 = min((np.sqrt(pf2) + S) ** 2, pf2 + 2 * lam + S * S) + 2.0 ** -30 * (pf2 + 2 * sum(map(abs, cross)) + S * S)
+    s_hi = round_up(Fraction(float(np.sqrt(max(N2, 0.0) / d + eps)) * (1 + 2.0 ** -30)))
     g = centred(r0)
     v = centred(g)
-    cs = [R @ -v for R in raws]
-    mags = [(np.abs(T["values"][h] + T["u"][h]) + np.abs(T["u"][h])) @ np.abs(fm.WO[h]) @ np.abs(v)
-            for h in range(c.n_heads)]
     # perm: always the assignment bound (the relaxation "any of the multiset's tokens" is much weaker here;
     # on the shipped example sigma_lo 1.71 against 4.41, true minimum 4.52)
-    lams, duals = exact_lambdas(bs, cs, mags, T["alpha_fix"], rows)
+    lams, duals = head_lambdas(-v)
     m = float(v @ f) - sum(lams)
     m -= 2.0 ** -30 * (np.linalg.norm(v) * np.linalg.norm(f) + sum(abs(x) for x in lams))
     vv = float(v @ v)
     s_lo2 = eps + (m * m / (d * vv) if m > 0 and vv > 0 else 0.0)
     s_lo = round_down(Fraction(float(np.sqrt(s_lo2)) * (1 - 2.0 ** -40)))
-    var = {"lambdas": [certio.num(x) for x in lams]}
-    if duals is not None:
-        var["duals"] = duals
-    entry = {"variance_direction": [certio.num(float(x)) for x in g], "variance": var,
-             "sigma_lo": certio.num(s_lo), "sigma_hi": certio.num(s_hi)}
+
+    def bounds(ls, ds):
+        out = {"lambdas": [certio.num(x) for x in ls]}
+        if ds is not None:
+            out["duals"] = ds
+        return out
+
+    entry = {"variance_direction": [certio.num(float(x)) for x in g], "variance": bounds(lams, duals),
+             "cross_term": bounds(cross, cross_duals), "sigma_lo": certio.num(s_lo), "sigma_hi": certio.num(s_hi)}
     return f @ D, e, s_lo, s_hi, entry
 
 

@@ -152,8 +152,8 @@ def scaled(cert, path, factor):
 
 
 def test_final_ln_fields_unsafe_edits_are_rejected(tiny_real):
-    """sigma_lo up, sigma_hi down, a variance lambda down, a variance dual down, a flipped variance
-    direction: REJECTED (same on both backends); the safe directions stay VERIFIED."""
+    """sigma_lo up, sigma_hi down, a variance or cross-term lambda down, a variance or cross-term dual down,
+    a flipped variance direction: REJECTED (same on both backends); the safe directions stay VERIFIED."""
     model, certs = tiny_real
     for kind, cert in certs.items():
         assert {b: verdict(model, cert, b) for b in BACKENDS} == {b: "VERIFIED" for b in BACKENDS}
@@ -161,13 +161,14 @@ def test_final_ln_fields_unsafe_edits_are_rejected(tiny_real):
         unsafe = [(("sigma_lo",), 1 + Fraction(1, 2 ** 20)), (("sigma_lo",), Fraction(5, 4)),
                   (("sigma_hi",), 1 - Fraction(1, 2 ** 20)), (("sigma_hi",), Fraction(3, 4)),
                   (("sigma_lo",), -1), (("sigma_hi",), -1), (("sigma_lo",), 0)]
-        for h, lam in enumerate(fl["variance"]["lambdas"]):
-            x = parse_number(lam, "")
-            unsafe.append((("variance", "lambdas", h), 1 - Fraction(1, 2 ** 10) if x > 0 else 1 + Fraction(1, 2 ** 10)))
-        if "duals" in fl["variance"]:
-            assert kind == "perm"
-            u0 = parse_number(fl["variance"]["duals"][0]["u"][0], "")
-            unsafe.append((("variance", "duals", 0, "u", 0), 1 - Fraction(1, 2 ** 10) if u0 > 0 else 1 + Fraction(1, 2 ** 10)))
+        for key in ("variance", "cross_term"):
+            for h, lam in enumerate(fl[key]["lambdas"]):
+                x = parse_number(lam, "")
+                unsafe.append(((key, "lambdas", h), 1 - Fraction(1, 2 ** 10) if x > 0 else 1 + Fraction(1, 2 ** 10)))
+            if "duals" in fl[key]:
+                assert kind == "perm"
+                u0 = parse_number(fl[key]["duals"][0]["u"][0], "")
+                unsafe.append(((key, "duals", 0, "u", 0), 1 - Fraction(1, 2 ** 10) if u0 > 0 else 1 + Fraction(1, 2 ** 10)))
         for path, factor in unsafe:
             bad = scaled(cert, path, factor)
             for b in BACKENDS:
