@@ -241,7 +241,8 @@ def subcubic_evidence(model, T, name=None):
                 for u in (lo[q, r], hi[q, r]):
                     A = u * Tm[q, m]
                     Bt = rho * (P[q] - u) * S
-                    ok &= A + Bt + D < -SLACK * (abs(A) + np.abs(Bt) + abs(D)) - TINY
+                    mag = abs(A) + rho * P[q] * S + abs(D)          # P - u cancels: slack on P, not P - u
+                    ok &= A + Bt + D < -SLACK * mag - TINY
                 j = int(np.argmin(ok)) - 1 if not ok.all() else m - 1    # largest prefix of good cutoffs
                 if j >= 0:
                     cases.append([m, q, c, j])

@@ -483,3 +483,14 @@ def test_zero_attention_scores(tmp_path):
     bounds = {s: certify(path, s, tmp_path)[0] for s in STRATEGIES}
     assert all(0 < n <= exact for n in bounds.values()), (bounds, exact)
     assert len({bounds[s] for s in STRATEGIES if s.startswith("subcubic")}) == 1, bounds
+
+
+def test_near_cancelling_positional_weights(tmp_path):
+    """Found by the large hypothesis profile: a non-query positional weight of 1e-32 next to 1.0, so the
+    float P - u of the cubic case is 0.0 while the checker's interval P - u has width ~2^-64. The generator's
+    slack must scale with P, not with P - u, or it claims a case the checker cannot confirm."""
+    path = write_model(tmp_path, *constructed(6, 3, 1.0, 3.0, 1.0, 2020))
+    exact = oracle_upper(load_model(path))
+    for strategy in STRATEGIES:
+        n, _ = certify(path, strategy, tmp_path)
+        assert n <= exact
