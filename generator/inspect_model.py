@@ -57,6 +57,8 @@ def _arch_summary(c: dict) -> str:
     if c["positional_embedding_type"] == "rotary":
         pairs = "adjacent" if c["rotary_adjacent_pairs"] else "rotate-half"
         parts.append(f"RoPE dim {c['rotary_dim']} base {c['rotary_base']} {pairs}")
+    elif c["positional_embedding_type"] == "none":
+        parts.append("no positions")
     else:
         parts.append("learned positions")
     parts.append(c["attention"])
