@@ -6,6 +6,7 @@ import copy
 import json
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from checker.cli import verify_files
@@ -17,8 +18,8 @@ from checker.kinds.overwhelm import check, check_fixed_length
 from checker.verify import Obligations
 from generator.cli import main as tcert
 from generator.modelio import save_model
-from generator.overwhelm import generate
-from generator.overwhelm_upto import generate_upto
+from generator.overwhelm import FloatModel, float_tables, generate
+from generator.overwhelm_upto import Shared, generate_upto
 from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l
 
 BACKENDS = ("flint", "mpmath")
@@ -232,3 +233,17 @@ def test_shared_path_gives_the_per_length_verdicts():
                     assert a == b, (seed, mode, backend, L, a, b)
                     seen.add(a[0])
     assert seen == {"VERIFIED", "REJECTED"}
+
+
+def test_generator_shared_float_tables_equal_per_length():
+    """generator.overwhelm_upto.Shared.float_tables(L) = float_tables for any:L (to float rounding)."""
+    n = 4
+    for seed, prefix in SHARED_CASES:
+        m = model_of(*tiny_neox1l(seed, qk_scale=0.5))
+        shared = Shared(m, prefix, 2, n, "norm")
+        for L in range(1, n + 1):
+            ref = float_tables(FloatModel(m), prefix, 2, list(range(m.config.d_vocab)), L)
+            got = shared.float_tables(L)
+            for key in ("lq", "alpha_fix", "u", "values", "S"):
+                assert got[key].shape == ref[key].shape
+                assert np.allclose(got[key], ref[key], rtol=1e-12, atol=1e-12), (seed, L, key)
