@@ -221,9 +221,9 @@ class UptoTables:
                 for h, (lo, hi) in enumerate((B.matrix(projected) @ WU).col_bounds(H)):
                     self.raw_lo[h], self.raw_hi[h] = merge(self.raw_lo[h], self.raw_hi[h], lo, hi)
                 continue
-            for h, V in enumerate(values):
-                n2 = B.matrix([[B.fsum(x * x for x in row)] for row in V.rows()])
-                D = n2 @ B.array(np.ones((1, N))) - (V @ us[h]).scale(B.num(2))
+            for h, Vh in enumerate(values):   # ||x_t||^2 - 2 x_t . u_hL for every t in the chunk and every L
+                n2 = B.matrix([[B.fsum(x * x for x in row)] for row in Vh.rows()])
+                D = n2 @ B.array(np.ones((1, N))) - (Vh @ us[h]).scale(B.num(2))
                 hi = D.col_bounds()[1]
                 self.sq[h] = hi if self.sq[h] is None else [max(a, b) for a, b in zip(self.sq[h], hi)]
         if mode == "table":
