@@ -34,7 +34,7 @@ def require_maxofk(model):
         problems.append("needs n_layers = n_heads = 1")
     if not c.attn_only or c.has_ln or c.final_ln:
         problems.append("needs an attention-only model without LayerNorm")
-    if c.rotary:
+    if c.positional_embedding_type != "standard":   # rotary or none: no W_pos table to read
         problems.append("needs learned (standard) positional embeddings")
     if c.n_ctx < 2 or c.d_vocab < 2:
         problems.append("needs n_ctx >= 2 and d_vocab >= 2")

@@ -159,7 +159,11 @@ MAXOFK_MODELS = [(5, 3, 1, 0.05, 15.0), (6, 2, 2, 0.1, 8.0), (4, 4, 3, 0.05, 30.
 
 @pytest.fixture(scope="module", params=MAXOFK_MODELS, ids=lambda p: "v{}k{}s{}".format(*p[:3]))
 def maxofk(request, tmp_path_factory):
-    v, k, seed, noise, sharp = request.param
+    return maxofk_instance(tmp_path_factory, *request.param)
+
+
+def maxofk_instance(tmp_path_factory, v, k, seed, noise, sharp):
+    """(model, every input, the inputs it certainly answers wrongly) of one _maxofk_model."""
     path = str(tmp_path_factory.mktemp("redteam_acc") / "m.safetensors")
     save_model(path, *_maxofk_model(v, k, seed, noise, sharp))
     model = load_model(path)
@@ -543,14 +547,29 @@ def test_score_split_bounds_exact_eqke_differences(tmp_path, variant):
     arbitrary (even poor) hint vectors."""
     if variant == "svd2" and not hasattr(mt, "rank2_scores"):
         pytest.skip("this checker build has no rank-2 variant")
+    model, T, EQKE = rational_eqke(tmp_path)
+    B, d = make_backend("flint"), model.config.d_head
+    rng = random.Random(variant)
+    hint = lambda: [Fraction(rng.randint(-9, 9), 4) for _ in range(d)]
+    if variant == "svd":
+        S = mt.rank1_scores(B, T, hint(), hint())
+    elif variant == "svd2":
+        S = mt.rank2_scores(B, T, [hint(), hint()], [hint(), hint()])
+    else:
+        S = mt.exact_scores(T)
+    assert_split_brackets(S, EQKE)
+
+
+def rational_eqke(tmp_path):
+    """(model, flint value tables, EQKE in exact rationals up to a per-query constant) of a noisy Max-of-3
+    model with attn_scale 2 (so EQKE is rational)."""
     v, k = 5, 3
     t, config = _maxofk_model(v, k, 21, 0.2, 10.0)
     config["attn_scale"] = "2"
     path = str(tmp_path / "m.safetensors")
     save_model(path, t, config)
     model = load_model(path)
-    B = make_backend("flint")
-    T = value_tables(B, model, True)
+    T = value_tables(make_backend("flint"), model, True)
     fr = {name: [[Fraction(float(x)) for x in np.atleast_1d(row)] for row in np.atleast_2d(a)]
           for name, a in model.tensors.items() if a.ndim <= 2}
     Wq = [[Fraction(float(x)) for x in row] for row in model.tensors["blocks.0.attn.W_Q"][0]]
@@ -561,19 +580,16 @@ def test_score_split_bounds_exact_eqke_differences(tmp_path, variant):
     X = [[E[a][i] + P[k - 1][i] for i in range(d)] for a in range(v)]
     Q = [[sum(X[a][i] * Wq[i][h] for i in range(d)) + bq[h] for h in range(d)] for a in range(v)]
     K = [[sum(E[a][i] * Wk[i][h] for i in range(d)) for h in range(d)] for a in range(v)]
-    EQKE = [[sum(Q[a][h] * K[b][h] for h in range(d)) / 2 for b in range(v)] for a in range(v)]
-    rng = random.Random(variant)
-    hint = lambda: [Fraction(rng.randint(-9, 9), 4) for _ in range(d)]
-    if variant == "svd":
-        S = mt.rank1_scores(B, T, hint(), hint())
-    elif variant == "svd2":
-        S = mt.rank2_scores(B, T, [hint(), hint()], [hint(), hint()])
-    else:
-        S = mt.exact_scores(T)
-    one = Fraction(1, 1 << S["shift"])
+    return model, T, [[sum(Q[a][h] * K[b][h] for h in range(d)) / 2 for b in range(v)] for a in range(v)]
+
+
+def assert_split_brackets(S, EQKE, name=""):
+    """(ab_lo[q,k] - ab_hi[q,k'] - eps[q]) 2^-shift <= EQKE[q,k] - EQKE[q,k'] <= (ab_hi[q,k] - ab_lo[q,k']
+    + eps[q]) 2^-shift for all q, k, k'."""
+    one, v = Fraction(1, 1 << S["shift"]), len(EQKE)
     for q in range(v):
         for a in range(v):
             for b in range(v):
                 diff = EQKE[q][a] - EQKE[q][b]
-                assert (S["ab_lo"][q, a] - S["ab_hi"][q, b] - S["eps"][q]) * one <= diff
-                assert diff <= (S["ab_hi"][q, a] - S["ab_lo"][q, b] + S["eps"][q]) * one
+                assert (S["ab_lo"][q, a] - S["ab_hi"][q, b] - S["eps"][q]) * one <= diff, name
+                assert diff <= (S["ab_hi"][q, a] - S["ab_lo"][q, b] + S["eps"][q]) * one, name

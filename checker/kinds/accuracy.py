@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..envelope import fields
-from ..errors import BadInput
+from ..errors import BadInput, Rejected
 from ..exact import parse_int, parse_number, parse_vector
 from ..maxofk_tables import (centred_upper, deflated_scores, exact_scores, interval_mul, mul_upper, prefix_max,
                              rank1_scores, rank2_scores, require_maxofk, value_bounds, value_tables)
@@ -29,6 +29,7 @@ from ..verify import show
 
 MAX_BRUTE_INPUTS = 1 << 26
 MAX_EU_GROUPS = 32
+EXP_ARG_LIMIT = 1 << 12   # |x| beyond this in exp_bound only arises from hostile hints
 
 
 def parse_claim(claim, cfg) -> int:
@@ -285,7 +286,15 @@ def parse_hint_list(obj, where: str, d_head: int) -> list:
 
 
 def exp_bound(B, x: Fraction, up: bool) -> Fraction:
-    """An exact rational >= exp(x) (up) or <= exp(x)."""
+    """An exact rational >= exp(x) (up) or <= exp(x). For |x| >= L = EXP_ARG_LIMIT (only reachable through
+    hostile hints; exp(2^34) alone is a 3 GB integer) the bound is 2^-L (x <= -L, as e^-L < 2^-L) or 0
+    (lower), 2^L (lower, x >= L, as e^L > 2^L), and an upper bound for x >= L is refused."""
+    if x <= -EXP_ARG_LIMIT:
+        return Fraction(1, 1 << EXP_ARG_LIMIT) if up else Fraction(0)
+    if x >= EXP_ARG_LIMIT:
+        if up:
+            raise Rejected("exp range", f"exp({show(x)}): a score difference beyond {EXP_ARG_LIMIT} (hint too poor)")
+        return Fraction(1 << EXP_ARG_LIMIT)
     e = B.exp(B.num(x))
     return B.upper(e) if up else B.lower(e)
 

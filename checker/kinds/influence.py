@@ -245,7 +245,7 @@ def derive(model, B, ld, n_max: int, power: int, embed_center, unembed_center, o
                 memo["d"] = max_row_dists(B, t["embed.W_E"], [None, embed_center])
             return memo["d"][j]
         tok = ld.const("embed.token_norm", lambda: w_e(0))
-        pos = Fraction(0) if cfg.rotary else ld.const(
+        pos = Fraction(0) if cfg.positional_embedding_type != "standard" else ld.const(
             "embed.pos_norm", lambda: max_row_dist(B, t["pos_embed.W_pos"][:n_max]))
         bound = ld.const("B0", lambda: tok + pos)
         D = ld.const("D0", lambda: 2 * w_e(1))
