@@ -85,7 +85,7 @@ def estimates(model, n_max: int, power: int, embed_center, unembed_center) -> di
     out = {"embed.token_norm": np_max_row_dist(t["embed.W_E"]),
            "D0": 2 * np_max_row_dist(t["embed.W_E"], embed_center),
            "unembed.radius": np_max_row_dist(np.asarray(t["unembed.W_U"]).T, unembed_center)}
-    if not cfg.rotary:
+    if cfg.positional_embedding_type == "standard":   # learned positions only (rotary and NoPE add none)
         out["embed.pos_norm"] = np_max_row_dist(t["pos_embed.W_pos"][:n_max])
     for layer in range(cfg.n_layers):
         p = f"blocks.{layer}."
@@ -186,7 +186,7 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
 
 def toy_model(n_layers=2, d_vocab=5, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=6, attention="causal",
               ln=True, attn_only=False, parallel=False, final_ln=True, act_fn="relu", rotary=False,
-              eps="1/100", scale=0.5, seed=0):
+              eps="1/100", scale=0.5, seed=0, nope=False):
     """(tensors, config) of a small seeded random pre-LN model for tests and benchmarks.
 
     Weights are N(0, scale^2) (LN gains 1 + N(0, scale^2)). Independent of generator.randmodel so that
@@ -198,7 +198,7 @@ def toy_model(n_layers=2, d_vocab=5, d_model=8, n_heads=2, d_head=4, d_mlp=16, n
         return r.normal(0.0, scale, shape)
 
     t = {"embed.W_E": g(d_vocab, d_model), "unembed.W_U": g(d_model, d_vocab), "unembed.b_U": g(d_vocab)}
-    if not rotary:
+    if not (rotary or nope):   # nope: no positional embedding at all
         t["pos_embed.W_pos"] = g(n_ctx, d_model)
     for i in range(n_layers):
         p = f"blocks.{i}."
@@ -221,7 +221,7 @@ def toy_model(n_layers=2, d_vocab=5, d_model=8, n_heads=2, d_head=4, d_mlp=16, n
            "n_ctx": n_ctx, "d_mlp": None if attn_only else d_mlp, "act_fn": act_fn,
            "normalization_type": "LN" if ln else None, "eps": eps, "final_ln": final_ln, "attn_only": attn_only,
            "attention": attention, "parallel_attn_mlp": parallel,
-           "positional_embedding_type": "rotary" if rotary else "standard"}
+           "positional_embedding_type": "rotary" if rotary else "none" if nope else "standard"}
     return t, cfg
 
 

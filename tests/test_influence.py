@@ -36,6 +36,7 @@ CONFIGS = {
     "L2-rotary-gelu_new": dict(n_layers=2, rotary=True, act_fn="gelu_new", d_head=4),
     "L2-causal-V6": dict(n_layers=2, attention="causal", d_vocab=6, n_ctx=3),
     "L2-bidir-n6": dict(n_layers=2, attention="bidirectional", d_vocab=2, n_ctx=6),
+    "L2-causal-nope": dict(n_layers=2, attention="causal", nope=True),
 }
 
 
@@ -92,7 +93,7 @@ def rigorous_outputs(model, n, B):
 
 
 @pytest.mark.parametrize("name", ["L1-causal", "L2-causal", "L3-causal", "L1-bidir", "L2-bidir", "L3-bidir",
-                                  "L2-causal-V6", "L2-bidir-n6"])
+                                  "L2-causal-V6", "L2-bidir-n6", "L2-causal-nope"])
 def test_exhaustive_soundness(tmp_path, name):
     """Every single non-final change at every n in range, evaluated rigorously (Arb, 100 bits):
     ||y - y'|| and ||p - p'||_1 stay within the certified C r(n), C' r(n)."""
