@@ -588,7 +588,8 @@ def tiny_cases(workdir: str) -> list:
     cert, _ = make_certificate(m, "subcubic:svd-rec")      # recursive deflation hints (x_i, y_i)
     tight_cases.append(Case("accuracy", "tiny max-of-3 v6 subcubic:svd-rec", cert, path,
                             lambda m=m: accuracy_oracle(m)))
-    return cases + tight_cases + real_block_cases(workdir) + upto_cases(workdir)   # appended last: the per-index tests keep their cases
+    return (cases + tight_cases + real_block_cases(workdir) + upto_cases(workdir)   # appended last: the per-index
+            + nope_cases(workdir))                                                    # tests keep their cases
 
 
 def upto_cases(workdir: str) -> list:
@@ -606,6 +607,27 @@ def upto_cases(workdir: str) -> list:
     cert, rep = generate_upto(m, [1] * 30, 2, 2, "naive", "table", "tight")
     assert cert is not None, rep["failing"]
     return [Case("overwhelm", "tiny neox1l upto/naive", cert, path, lambda m=m: overwhelm_oracle(m))]
+
+
+def nope_cases(workdir: str) -> list:
+    """Overwhelm certificates on a tiny model without positions (positional_embedding_type "none",
+    appendix F): naive any:2 and tight perm with every competitor exact and assignment duals."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from checker.modelfile import load_model
+    from generator.modelio import save_model
+    from generator.overwhelm import generate
+    from generator.overwhelm_tight import generate_tight
+    from test_overwhelm_nope import tiny_nope
+    path = os.path.join(workdir, "ow_nope_14.safetensors")
+    save_model(path, *tiny_nope(seed=14, qk_scale=0.5))
+    m = load_model(path)
+    naive, rep = generate(m, [1] * 20, 2, ("any", 2, None), "naive", "table", "tight")
+    assert naive is not None, rep["verdict"]
+    tight, rep = generate_tight(m, [1] * 20, 2, ("perm", 3, [0, 3, 4]), relax=False, exact_all=True)
+    assert tight is not None, rep
+    return [Case("overwhelm", f"tiny nope {name}", cert, path, lambda m=m: overwhelm_oracle(m))
+            for name, cert in (("any/naive", naive), ("perm/tight", tight))]
 
 
 def real_block_cases(workdir: str) -> list:

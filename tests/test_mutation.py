@@ -53,9 +53,11 @@ def test_sampled_mutants_never_accepted_false(cases, shas, i):
     assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
 
 
-@pytest.mark.parametrize("name", ["tiny neox1l perm/tight", "tiny neox1l any/tight"])
+@pytest.mark.parametrize("name", ["tiny neox1l perm/tight", "tiny neox1l any/tight", "tiny nope any/naive",
+                                  "tiny nope perm/tight"])
 def test_tight_overwhelm_mutants_never_accepted_false(cases, shas, name):
-    """The overwhelm method `tight` (lambdas per head and competitor, assignment duals): same standard."""
+    """The overwhelm method `tight` (lambdas per head and competitor, assignment duals) and models without
+    positions (NoPE, appendix F): same standard."""
     case = next(c for c in cases if c.name == name)
     tally = M.run_case(case, shas, FLINT_SAMPLE, seed=7)
     assert_sound(tally, f"{case.kind} {case.name} (flint)")
