@@ -346,9 +346,9 @@ def overwhelm_oracle(model, prec=110):
     return cached(truth)
 
 
-def accuracy_counts(model, prec=120) -> tuple:
-    """(certainly correct, not certainly wrong) input counts of a Max-of-K model: float64 decides gaps
-    beyond 1e-6, a rigorous forward pass the rest."""
+def max_token_gaps(model) -> tuple:
+    """Every input of a Max-of-K model with its max token and float64 gap logit[max] - max other logit:
+    (tokens, max token, gap) arrays over the d_vocab^n_ctx inputs."""
     from generator.forward import logits
     c = model.config
     toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
@@ -356,7 +356,13 @@ def accuracy_counts(model, prec=120) -> tuple:
     mx = toks.max(axis=1)
     right = lg[np.arange(len(toks)), mx].copy()
     lg[np.arange(len(toks)), mx] = -np.inf
-    gap = right - lg.max(axis=1)
+    return toks, mx, right - lg.max(axis=1)
+
+
+def accuracy_counts(model, prec=120) -> tuple:
+    """(certainly correct, not certainly wrong) input counts of a Max-of-K model: float64 decides gaps
+    beyond 1e-6, a rigorous forward pass the rest."""
+    toks, mx, gap = max_token_gaps(model)
     lo = hi = int(np.count_nonzero(gap > 1e-6))
     B = make_backend("flint", prec)
     for i in np.nonzero(np.abs(gap) <= 1e-6)[0]:

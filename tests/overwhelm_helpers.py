@@ -5,6 +5,7 @@ import math
 
 import mpmath
 import numpy as np
+from hypothesis import strategies as st
 from mpmath.ctx_mp import MPContext
 
 from generator.forward import as_model
@@ -202,3 +203,18 @@ def verdict(model, cert, backend):
         return "VERIFIED"
     except (Rejected, BadInput) as e:
         return f"REJECTED: {e}"
+
+
+def draw_question(draw, d_vocab: int, n_fix_choices: list, three_free_up_to: int) -> dict:
+    """A random overwhelm question on a d_vocab model (for @st.composite scenarios): a prefix that is one
+    repeated token with a drawn fraction of noise positions first, the free kind (any, or perm of a drawn
+    multiset), n_free in 1..3 (1..2 when d_vocab > three_free_up_to) and the query."""
+    n_fix = draw(st.sampled_from(n_fix_choices))
+    dominant = draw(st.integers(0, d_vocab - 1))
+    noise = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_fix, max_size=n_fix))
+    mix = draw(st.sampled_from([0, 0.1, 0.5]))   # fraction of prefix positions not the dominant token
+    prefix = [noise[i] if i < int(mix * n_fix) else dominant for i in range(n_fix)]
+    n_free = draw(st.integers(1, 3 if d_vocab <= three_free_up_to else 2))
+    kind = draw(st.sampled_from(["any", "perm", "perm"]))
+    multiset = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_free, max_size=n_free)) if kind == "perm" else None
+    return dict(prefix=prefix, query=draw(st.integers(0, d_vocab - 1)), kind=kind, n_free=n_free, multiset=multiset)

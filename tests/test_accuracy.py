@@ -20,6 +20,7 @@ from generator import certio
 from generator.accuracy import make_certificate
 from generator.forward import logits
 from generator.modelio import save_model
+from mutation import max_token_gaps
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
               "subcubic:exact-eqke")
@@ -95,12 +96,7 @@ def oracle_upper(model) -> int:
     """Number of inputs not certainly answered wrong (an upper bound on the exact count): float64
     decides clear cases, the rigorous forward pass the near-ties."""
     c = model.config
-    toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
-    lg = logits(model, toks)
-    mx = toks.max(axis=1)
-    right = lg[np.arange(len(toks)), mx]
-    lg[np.arange(len(toks)), mx] = -np.inf
-    gap = right - lg.max(axis=1)
+    toks, mx, gap = max_token_gaps(model)
     count = int(np.count_nonzero(gap > 1e-6))
     B = make_backend("flint")
     for i in np.nonzero(np.abs(gap) <= 1e-6)[0]:
@@ -237,14 +233,9 @@ def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
 
 def wrong_inputs(model, limit=3):
     """Up to `limit` inputs the model clearly gets wrong, as (m, q, c, largest non-max non-query token)."""
-    c = model.config
-    toks = np.array(list(itertools.product(range(c.d_vocab), repeat=c.n_ctx)))
-    lg = logits(model, toks)
-    mx = toks.max(axis=1)
-    right = lg[np.arange(len(toks)), mx].copy()
-    lg[np.arange(len(toks)), mx] = -np.inf
+    toks, mx, gap = max_token_gaps(model)
     out = []
-    for i in np.nonzero(right - lg.max(axis=1) < -1e-6)[0][::7]:
+    for i in np.nonzero(gap < -1e-6)[0][::7]:
         m, q, rest = int(mx[i]), int(toks[i, -1]), [int(t) for t in toks[i, :-1] if t != mx[i]]
         out.append((m, q, len(rest), max(rest, default=0)))
         if len(out) == limit:

@@ -19,7 +19,7 @@ from checker.verify import Obligations
 from conftest import example_scale
 from generator.overwhelm import FloatModel, float_tables, generate
 from generator.overwhelm_tight import generate_tight
-from overwhelm_helpers import exhaustive_confirms, model_of, tiny_neox1l, verdict
+from overwhelm_helpers import draw_question, exhaustive_confirms, model_of, tiny_neox1l, verdict
 
 BACKENDS = ("flint", "mpmath")
 
@@ -34,16 +34,8 @@ def scenarios(draw):
                       rotary_dim=draw(st.sampled_from([d_head, 2])), adjacent=draw(st.booleans()),
                       qk_scale=draw(st.sampled_from([0.2, 0.5, 1.0])), near_tie=draw(st.integers(0, 9)) == 0,
                       attn_scale=draw(st.sampled_from([None, None, "3/2", "5"])))
-    n_fix = draw(st.sampled_from([0, 1, 4, 8, 20]))
-    dominant = draw(st.integers(0, d_vocab - 1))
-    noise = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_fix, max_size=n_fix))
-    mix = draw(st.sampled_from([0, 0.1, 0.5]))
-    prefix = [noise[i] if i < int(mix * n_fix) else dominant for i in range(n_fix)]
-    n_free = draw(st.integers(1, 3 if d_vocab <= 4 else 2))
-    kind = draw(st.sampled_from(["any", "perm", "perm"]))
-    multiset = draw(st.lists(st.integers(0, d_vocab - 1), min_size=n_free, max_size=n_free)) if kind == "perm" else None
-    return dict(model_args=model_args, prefix=prefix, query=draw(st.integers(0, d_vocab - 1)), kind=kind,
-                n_free=n_free, multiset=multiset, paper=draw(st.sampled_from(["naive", "lp"])),
+    question = draw_question(draw, d_vocab, [0, 1, 4, 8, 20], 4)
+    return dict(model_args=model_args, **question, paper=draw(st.sampled_from(["naive", "lp"])),
                 relax=draw(st.booleans()), exact_all=draw(st.booleans()))
 
 
