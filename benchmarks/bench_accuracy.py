@@ -18,12 +18,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from checker.cli import verify_files  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
-from generator import certio  # noqa: E402
-from generator.accuracy import make_certificate  # noqa: E402
-from generator.importers import import_npz  # noqa: E402
-from generator.modelio import save_model  # noqa: E402
+from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.generator import certificate  # noqa: E402
+from tcert.generator.accuracy.strategies import make_certificate  # noqa: E402
+from tcert.generator.model.importers import import_npz  # noqa: E402
+from tcert.generator.model.files import save_model  # noqa: E402
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
               "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")
@@ -43,7 +43,7 @@ def run(npz, tmp, brute_check: bool, backend: str):
         cert, report = make_certificate(model, strategy, exact)
         gen, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
         path = os.path.join(tmp, f"{name}_{strategy.replace(':', '_')}.json")
-        certio.write(path, cert)
+        certificate.write(path, cert)
         check = check_cpu = None
         if strategy != "brute" or brute_check:
             t0, c0 = time.perf_counter(), time.process_time()

@@ -3,7 +3,7 @@
     python benchmarks/bench_influence.py                 # tightness table + docs/influence_tightness.png
     python benchmarks/bench_influence.py --speed         # also the 4-layer d_model 512, d_vocab 30522 timing
 
-Tightness: for the Max-of-4 anchor and random pre-LN models (generator.randmodel, depth 1-4, causal and
+Tightness: for the Max-of-4 anchor and random pre-LN models (tcert.generator.model.random_models, depth 1-4, causal and
 bidirectional) the table gives, per input length n, the certified bound C r(n), the largest ||y - y'||
 that random + greedy substitution search finds, and their ratio (>= 1 always; 1 would be tight).
 """
@@ -16,13 +16,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checker.cli import verify_files  # noqa: E402
-from checker.exact import parse_number  # noqa: E402
-from checker.kinds.influence import rate  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
-from generator import certio  # noqa: E402
-from generator.influence import adversarial_influence, influence_certificate  # noqa: E402
-from generator.modelio import save_model  # noqa: E402
+from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.numbers import parse_number  # noqa: E402
+from tcert.checker.kinds.influence import rate  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.generator import certificate  # noqa: E402
+from tcert.generator.influence.constants import adversarial_influence, influence_certificate  # noqa: E402
+from tcert.generator.model.files import save_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHOR = os.path.join(ROOT, "certificates", "anchors", "maxofk", "maxof4_seed123.npz")
@@ -30,7 +30,7 @@ ANCHOR = os.path.join(ROOT, "certificates", "anchors", "maxofk", "maxof4_seed123
 
 def anchor_model(tmp):
     """The Max-of-4 anchor as a model file (1 layer, attention-only, no LN, causal)."""
-    from generator.importers import import_npz
+    from tcert.generator.model.importers import import_npz
     t, cfg = import_npz(ANCHOR, {"attention": "causal"})
     path = os.path.join(tmp, "maxof4.safetensors")
     save_model(path, t, cfg)
@@ -38,7 +38,7 @@ def anchor_model(tmp):
 
 
 def random_preln(tmp, layers, attention, seed=0):
-    from generator.randmodel import random_model
+    from tcert.generator.model.random_models import random_model
     t, cfg = random_model("preln", d_vocab=64, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=32,
                           n_layers=layers, seed=seed, attention=attention)
     path = os.path.join(tmp, f"preln_{layers}_{attention}.safetensors")
@@ -48,7 +48,7 @@ def random_preln(tmp, layers, attention, seed=0):
 
 def robust(tmp, layers, attention):
     """The small-attention toy model of the corollary tests, where the C r(n) term (not C_abs) binds."""
-    from generator.influence import robust_toy_model
+    from tcert.generator.influence.constants import robust_toy_model
     path = os.path.join(tmp, f"robust_{layers}_{attention}.safetensors")
     save_model(path, *robust_toy_model(layers, n_ctx=64, attention=attention))
     return path
@@ -69,7 +69,7 @@ def tightness(tmp, trials):
         cfg = model.config
         cert = influence_certificate(model)
         cpath = os.path.join(tmp, "c.json")
-        certio.write(cpath, cert)
+        certificate.write(cpath, cert)
         verify_files(cpath, path, "flint")
         C, C_abs = parse_number(cert["claim"]["C"], "C"), parse_number(cert["claim"]["C_abs"], "C_abs")
         for n in sorted({2, 4, 8, 16, 32, 64} & set(range(2, cfg.n_ctx + 1)) | {cfg.n_ctx}):
@@ -104,7 +104,7 @@ def plot(rows, out):
 
 def speed(tmp):
     """Generator and checker (Arb) seconds on a 4-layer d_model 512, d_vocab 30522 random pre-LN model."""
-    from generator.randmodel import random_model
+    from tcert.generator.model.random_models import random_model
     t, cfg = random_model("preln", d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=512,
                           n_layers=4, seed=0)
     path = os.path.join(tmp, "big.safetensors")
@@ -115,7 +115,7 @@ def speed(tmp):
     cert = influence_certificate(model)
     gen, gen_cpu = time.perf_counter() - start, time.process_time() - cpu
     cpath = os.path.join(tmp, "big.json")
-    certio.write(cpath, cert)
+    certificate.write(cpath, cert)
     start, cpu = time.perf_counter(), time.process_time()
     ob, _ = verify_files(cpath, path, "flint")
     chk, chk_cpu = time.perf_counter() - start, time.process_time() - cpu

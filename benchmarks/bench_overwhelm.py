@@ -2,7 +2,7 @@
 
     python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness]
 
-Model: generator.randmodel.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
+Model: tcert.generator.model.random_models.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
 d_mlp 2048, n_ctx 2048, seed 0). Cases (issue 3):
   perm: 35-token free multiset, n_fix 1500, --method lp   (targets: generator <= 10 s, checker <= 120 s,
         peak memory <= 6 GB)
@@ -35,12 +35,12 @@ SHAPE = dict(d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx
 
 def check_only(cert_path, model_path):
     """Subprocess mode: run the kind's check with Arb, print verdict, per-obligation times, peak RSS."""
-    from checker.envelope import load_certificate
-    from checker.errors import Rejected
-    from checker.interval import make_backend
-    from checker.kinds.overwhelm import check
-    from checker.modelfile import load_model
-    from checker.verify import Obligations
+    from tcert.checker.envelope import load_certificate
+    from tcert.checker.errors import Rejected
+    from tcert.checker.interval import make_backend
+    from tcert.checker.kinds.overwhelm import check
+    from tcert.checker.modelfile import load_model
+    from tcert.checker.obligations import Obligations
     start = time.perf_counter()
     cert = load_certificate(cert_path)
     model = load_model(model_path)
@@ -59,18 +59,18 @@ def check_only(cert_path, model_path):
 
 
 def build_model(path):
-    from generator.modelio import save_model
-    from generator.randmodel import random_model
+    from tcert.generator.model.files import save_model
+    from tcert.generator.model.random_models import random_model
     if not os.path.exists(path):
         t, c = random_model("neox1l", seed=0, **SHAPE)
         save_model(path, t, c)
-    from checker.modelfile import load_model
+    from tcert.checker.modelfile import load_model
     return load_model(path)
 
 
 def dominant_prefix_token(model, query, n_fix, n_free):
     """The token with the largest mean attention score from the query (over heads, offsets 1..64)."""
-    from generator.overwhelm import FloatModel, float_tables
+    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables
     fm = FloatModel(model)
     T = float_tables(fm, [], query, list(range(model.config.d_vocab)), 64)
     return int(np.argmax(T["S"].mean(axis=(0, 2))))
@@ -78,7 +78,7 @@ def dominant_prefix_token(model, query, n_fix, n_free):
 
 def float_table_looseness(model, report, T):
     """(W with the exact float OV table over all tokens, W with the norm bound) at the same betas."""
-    from generator.overwhelm import FloatModel
+    from tcert.generator.overwhelm.naive_lp import FloatModel
     fm = FloatModel(model)
     c = model.config
     total = np.zeros(c.d_vocab)
@@ -95,8 +95,8 @@ def float_table_looseness(model, report, T):
 
 
 def run_case(name, model, model_path, workdir, looseness):
-    from generator import certio
-    from generator.overwhelm import FloatModel, float_tables, format_report, generate
+    from tcert.generator import certificate
+    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables, format_report, generate
     rng = np.random.default_rng(1)
     c = model.config
     query = int(rng.integers(0, c.d_vocab))
@@ -112,7 +112,7 @@ def run_case(name, model, model_path, workdir, looseness):
     cert, report = generate(model, prefix, query, spec, method, "auto", "float", force=True)
     t_gen, c_gen = time.perf_counter() - t0, time.process_time() - c0
     path = os.path.join(workdir, f"overwhelm_{name}.json")
-    certio.write(path, cert)
+    certificate.write(path, cert)
     print(f"\n== {name}: n_fix {n_fix}, free {spec[0]}:{spec[1]}, method {method}, prefix token {dom} x {n_fix}, "
           f"query {query}")
     print(format_report(report))

@@ -42,8 +42,8 @@ def cell_inputs(model, model_path, kind, free_name):
     """(prefix, query, free spec) of a cell: the experiment's own strings on a text model; a repeated
     dominant token and 12 random free tokens on a random model without a tokenizer."""
     if model.config.tokenizer:
-        from generator import text_data
-        from generator.experiments import FREE_TEXTS, QUERY_TEXT, fixed_tokens
+        from tcert.generator.train import text_data
+        from tcert.generator.experiments.overwhelm_paper import FREE_TEXTS, QUERY_TEXT, fixed_tokens
         tok = text_data.model_tokenizer(model_path, model.config.tokenizer)
         sentences = text_data.held_out_sentences("lee+enwiki") if kind == "heldout" else []
         free = text_data.encode(tok, FREE_TEXTS[free_name])
@@ -59,34 +59,34 @@ def cell_inputs(model, model_path, kind, free_name):
 
 def generate_only(model_path, kind, free_name, method, out):
     """Subprocess mode: generate one cell's certificate (force) and print timings as JSON."""
-    from checker.modelfile import load_model
-    from generator import certio
+    from tcert.checker.modelfile import load_model
+    from tcert.generator import certificate
     t0 = time.perf_counter()
     model = load_model(model_path)
     prefix, query, spec = cell_inputs(model, model_path, kind, free_name)
     t1, c1 = time.perf_counter(), usage()[0]
     if method == "tight":
-        from generator.overwhelm_tight import generate_tight
+        from tcert.generator.overwhelm.tight import generate_tight
         cert, r = generate_tight(model, prefix, query, spec, force=True)
         bound = f"max_j logit_j - logit_k <= {r['worst_bound']:.4g}"
     else:
-        from generator.overwhelm import generate
+        from tcert.generator.overwhelm.naive_lp import generate
         cert, r = generate(model, prefix, query, spec, method, force=True)
         bound = f"W {r['deviation']:.4g}, PTP/2 {r['ptp_float'] / 2:.4g}"
     t2, (c2, rss) = time.perf_counter(), usage()
-    certio.write(out, cert)
+    certificate.write(out, cert)
     print(json.dumps({"seconds": t2 - t1, "with_load": t2 - t0, "cpu": c2 - c1, "rss_gb": rss,
                       "verdict": r["verdict"], "bound": bound, "n_free": spec[1]}))
 
 
 def check_only(cert_path, model_path):
     """Subprocess mode: check one certificate with Arb and print timings as JSON."""
-    from checker.envelope import load_certificate
-    from checker.errors import Rejected
-    from checker.interval import make_backend
-    from checker.kinds.overwhelm import check
-    from checker.modelfile import load_model
-    from checker.verify import Obligations
+    from tcert.checker.envelope import load_certificate
+    from tcert.checker.errors import Rejected
+    from tcert.checker.interval import make_backend
+    from tcert.checker.kinds.overwhelm import check
+    from tcert.checker.modelfile import load_model
+    from tcert.checker.obligations import Obligations
     t0 = time.perf_counter()
     cert, model = load_certificate(cert_path), load_model(model_path)
     assert model.sha256 == cert["model_sha256"]

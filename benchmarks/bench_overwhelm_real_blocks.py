@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 def build_model(path):
     """The paper-scale real-block model (cached at path)."""
     import bench_overwhelm as bo
-    from checker.modelfile import load_model
-    from generator.modelio import save_model
-    from generator.randmodel import random_model
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.model.files import save_model
+    from tcert.generator.model.random_models import random_model
     if not os.path.exists(path):
         t, c = random_model("neox1l", seed=0, shared_ln=False, final_ln=True, act_fn="gelu", rotary_dim=16,
                             bias_std=0.1, **bo.SHAPE)

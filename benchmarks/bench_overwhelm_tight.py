@@ -29,8 +29,8 @@ def main():
     ap.add_argument("--n-fix", type=int, default=1500)
     args = ap.parse_args()
     import bench_overwhelm as bo
-    from generator import certio
-    from generator.overwhelm_tight import format_report, generate_tight
+    from tcert.generator import certificate
+    from tcert.generator.overwhelm.tight import format_report, generate_tight
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-tight-")
     model_path = os.path.join(workdir, "neox1l_paper.safetensors")
     model = bo.build_model(model_path)
@@ -43,7 +43,7 @@ def main():
     cert, report = generate_tight(model, prefix, query, spec, force=True)
     t_gen, c_gen = time.perf_counter() - t0, time.process_time() - c0
     path = os.path.join(workdir, "overwhelm_tight.json")
-    certio.write(path, cert)
+    certificate.write(path, cert)
     print(format_report(report))
     print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_overwhelm.py"), "--check-only",

@@ -49,10 +49,10 @@ def setup(model_path, n_fix):
 
 def run_generate(model_path, n_fix, n, shared, out):
     """Subprocess: generate upto:n (shared) or n separate any:L (unshared); write the certificate."""
-    from generator import certio
-    from generator.overwhelm import generate
-    from generator.overwhelm_upto import generate_upto
-    from generator.prediction import prediction_claim
+    from tcert.generator import certificate
+    from tcert.generator.overwhelm.naive_lp import generate
+    from tcert.generator.overwhelm.upto import generate_upto
+    from tcert.generator.prediction import prediction_claim
     model, prefix, query = setup(model_path, n_fix)
     c0, t0 = usage()[0], time.perf_counter()
     if shared:
@@ -68,20 +68,20 @@ def run_generate(model_path, n_fix, n, shared, out):
         cert = dict(c, claim=dict(c["claim"], free={"kind": "upto", "length": n}), evidence={"lengths": ev})
     wall = time.perf_counter() - t0
     cpu, rss = usage()
-    certio.write(out, cert)
+    certificate.write(out, cert)
     print(json.dumps({"wall": wall, "cpu": cpu - c0, "peak_rss_gb": rss, "verdicts": verdicts}))
 
 
 def run_check(cert_path, model_path, shared):
     """Subprocess: check_upto's work with Arb (shared) or the old per-length loop (unshared)."""
-    from checker.envelope import load_certificate
-    from checker.errors import Rejected
-    from checker.forward import Weights
-    from checker.interval import make_backend
-    from checker.kinds import overwhelm as K
-    from checker.kinds.prediction import check_claim
-    from checker.modelfile import load_model
-    from checker.verify import Obligations
+    from tcert.checker.envelope import load_certificate
+    from tcert.checker.errors import Rejected
+    from tcert.checker.forward import Weights
+    from tcert.checker.interval import make_backend
+    from tcert.checker.kinds import overwhelm as K
+    from tcert.checker.kinds.prediction import check_claim
+    from tcert.checker.modelfile import load_model
+    from tcert.checker.obligations import Obligations
     t0 = time.perf_counter()
     cert = load_certificate(cert_path)
     model = load_model(model_path)

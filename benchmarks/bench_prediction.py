@@ -1,6 +1,6 @@
 """Benchmark: checker time for `prediction` certificates (a script that prints figures, not a test).
 
-1. Paper scale: a random 1-layer GPT-NeoX-style model (`generator.randmodel`, arch neox1l: shared LN,
+1. Paper scale: a random 1-layer GPT-NeoX-style model (`tcert.generator.model.random_models`, arch neox1l: shared LN,
    parallel residual, RoPE, ReLU, no final LN) with d_vocab 30522, d_model 512, 8 heads of 64,
    d_mlp 2048, n_ctx 1024, a full-length 1024-token input, checked with the Arb backend
    (target <= 30 s).
@@ -25,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checker.cli import verify_files  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
-from generator import certio  # noqa: E402
-from generator.modelio import save_model  # noqa: E402
-from generator.prediction import prediction_certificate  # noqa: E402
-from generator.randmodel import random_model  # noqa: E402
+from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.generator import certificate  # noqa: E402
+from tcert.generator.model.files import save_model  # noqa: E402
+from tcert.generator.prediction import prediction_certificate  # noqa: E402
+from tcert.generator.model.random_models import random_model  # noqa: E402
 
 PAPER = dict(d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=1024)
 SMALL = dict(d_vocab=64, d_model=32, n_heads=1, d_head=32, d_mlp=128, n_ctx=16)    # `tcert model random` defaults
@@ -51,7 +51,7 @@ def bench(label, size, seed, backends, repeat, workdir):
     if cert is None:
         raise SystemExit(f"{label}: near-tie on the sample input; pick another seed")
     cpath = os.path.join(workdir, f"{label}.json")
-    certio.write(cpath, cert)
+    certificate.write(cpath, cert)
     size_mb = os.path.getsize(path) / 2 ** 20
     print(f"{label}: model {size_mb:.1f} MiB, {n_tokens} tokens, predicted {p['predicted']}, "
           f"float gap {p['gap']:.4g} (setup {time.perf_counter() - t0:.1f} s)")

@@ -17,9 +17,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import generator.maxofk_subcubic as ms  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
-from generator.accuracy import float_tables  # noqa: E402
+import tcert.generator.accuracy.subcubic as ms  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.generator.accuracy.strategies import float_tables  # noqa: E402
 
 mean_diff = ms.value_bounds
 

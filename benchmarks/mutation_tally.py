@@ -7,7 +7,7 @@ kind's oracle), accepted-and-false (must be 0), undecided, internal errors, and 
     python benchmarks/mutation_tally.py --shipped-sample 0  # every shipped mutant too (hours on Max-of-4)
 
 Exit status 1 when any mutant is accepted-and-false, accepted-undecided or an internal error. The
-harness is tests/mutation.py (moves, classification, oracles); docs/soundness.md has the latest table.
+harness is tests/support/mutation.py (moves, classification, oracles); docs/soundness.md has the latest table.
 """
 
 import argparse
@@ -22,7 +22,7 @@ from collections import Counter
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import mutation as M  # noqa: E402
+import tcert.testing.mutation as M  # noqa: E402
 
 BIG = 5000   # shipped certificates with more mutants than this are sampled (--shipped-sample)
 

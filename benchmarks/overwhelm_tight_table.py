@@ -1,7 +1,7 @@
 """Shortest certified n_fix per overwhelm method (naive, lp, tight) by bisection on a trained text model.
 
 For each query token, free set (the paper's quotes) and fixed-string family/sample of `tcert experiment
-overwhelm-paper` (generator/experiments.py: same strings; the paper's query "?" plus the extra queries
+overwhelm-paper` (generator/experiments/overwhelm_paper.py: same strings; the paper's query "?" plus the extra queries
 chosen by `--survey`), bisect n_fix in [0, n_max] for the smallest prefix length whose generator verdict
 is Overwhelmed, with n_max = min(--max, n_ctx - n_free - 1) (the longest prefix the model's context
 allows). Bisection assumes the verdict is monotone in n_fix; by construction the verdict at the
@@ -28,12 +28,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from checker.cli import verify_files  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
-from generator import certio, text_data  # noqa: E402
-from generator.experiments import FREE_TEXTS, QUERY_TEXT, fixed_tokens  # noqa: E402
-from generator.overwhelm import generate  # noqa: E402
-from generator.overwhelm_tight import generate_tight  # noqa: E402
+from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.generator import certificate
+from tcert.generator.train import text_data  # noqa: E402
+from tcert.generator.experiments.overwhelm_paper import FREE_TEXTS, QUERY_TEXT, fixed_tokens  # noqa: E402
+from tcert.generator.overwhelm.naive_lp import generate  # noqa: E402
+from tcert.generator.overwhelm.tight import generate_tight  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(ROOT, "certificates", "models", "text_small.safetensors")
@@ -129,7 +130,7 @@ def cell(task):
             prefix = fixed_tokens(tok, kind, n, sample, sentences)
             cert, rep = run(model, prefix, query, free, method)
             path = os.path.join(tmp, f"{method}.json")
-            certio.write(path, cert)
+            certificate.write(path, cert)
             t = time.perf_counter()
             try:
                 verify_files(path, model_path, "flint")
@@ -223,7 +224,7 @@ def plot(csv_path, png_path):
 def survey(model_path, queries, perms=200):
     """For each quote and candidate query: predictions of `perms` random permutations with no prefix."""
     import numpy as np
-    from generator import forward
+    from tcert.generator.model import forward
     model, tok, _ = _setup(model_path)
     vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
     names = {i: t for t, i in vocab.items()}

@@ -29,8 +29,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from checker.cli import verify_files  # noqa: E402
-from checker.modelfile import load_model  # noqa: E402
+from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.modelfile import load_model  # noqa: E402
 
 DEFAULT_STRATEGIES = ("cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
                       "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")
@@ -50,12 +50,12 @@ def ensure_model(job):
         return path
     tmp = path + f".tmp{os.getpid()}"
     if job[0] == "anchor":
-        from generator.importers import import_npz
-        from generator.modelio import save_model
+        from tcert.generator.model.importers import import_npz
+        from tcert.generator.model.files import save_model
         save_model(tmp, *import_npz(job[2]))
     else:
-        from generator.modelio import save_model
-        from generator.train import train_maxofk
+        from tcert.generator.model.files import save_model
+        from tcert.generator.train.maxofk import train_maxofk
         _, _, k, v, steps, seed = job
         tensors, cfg, _ = train_maxofk(k=k, seed=seed, d_vocab=v, steps=steps, progress=False)
         save_model(tmp, tensors, cfg)
@@ -66,8 +66,8 @@ def ensure_model(job):
 def evaluate(args):
     """All rows for one model: (name, {strategy: row}, reference dict)."""
     job, strategies, check_brute, samples = args
-    from generator import certio
-    from generator.accuracy import estimate_accuracy, make_certificate
+    from tcert.generator import certificate
+    from tcert.generator.accuracy.strategies import estimate_accuracy, make_certificate
     t0 = time.perf_counter()
     path = ensure_model(job)
     train_s = time.perf_counter() - t0
@@ -94,7 +94,7 @@ def evaluate(args):
                 continue
             gen, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
             cpath = os.path.join(tmp, strategy.replace(":", "_") + ".json")
-            certio.write(cpath, cert)
+            certificate.write(cpath, cert)
             check = check_cpu = None
             if strategy != "brute" or check_brute:
                 t0, c0 = time.perf_counter(), time.process_time()

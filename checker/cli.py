@@ -11,12 +11,12 @@ import json
 import sys
 import time
 
-from . import envelope
-from .errors import BadInput, Rejected
-from .interval import BACKENDS, DEFAULT_PREC, make_backend
-from .kinds import checker_for
-from .modelfile import load_model
-from .verify import Obligations
+from tcert.checker import envelope
+from tcert.checker.errors import BadInput, Rejected
+from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
+from tcert.checker.kinds import checker_for
+from tcert.checker.modelfile import load_model
+from tcert.checker.obligations import Obligations
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

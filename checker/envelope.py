@@ -15,7 +15,7 @@ JSON floats are refused everywhere except inside `generator`: exact numbers are 
 import json
 import re
 
-from .errors import BadInput
+from tcert.checker.errors import BadInput
 
 FORMAT = "tcert-certificate"
 VERSION = 1

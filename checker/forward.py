@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .interval import Backend, IMat
+from tcert.checker.interval import Backend, IMat
 
 GELU_NEW_CUBIC = Fraction(44715, 1000000)
 

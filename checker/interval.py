@@ -18,7 +18,7 @@ import mpmath
 import numpy as np
 from mpmath import libmp
 
-from .errors import Rejected
+from tcert.checker.errors import Rejected
 
 DEFAULT_PREC = 64
 

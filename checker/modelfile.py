@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import BadInput
+from tcert.checker.errors import BadInput
 
 MAX_MODEL_BYTES = 8 << 30
 MAX_HEADER_BYTES = 16 << 20

@@ -9,16 +9,26 @@ import importlib
 import importlib.util
 import sys
 
-from checker.errors import BadInput
+from tcert.checker.errors import BadInput
 
 FEATURE_MODULES = (
-    "generator.commands",        # model import/inspect/random, predict, demo
-    "generator.overwhelm_cli",   # overwhelm certificates
-    "generator.accuracy_cli",    # Max-of-K accuracy certificates
-    "generator.influence_cli",   # influence certificates
-    "generator.train",           # training (needs the torch extra at run time)
-    "generator.experiments",     # paper reproductions
+    "tcert.generator.model.cli",        # model import/inspect/random
+    "tcert.generator.prediction.cli",   # prediction certificates
+    "tcert.generator.overwhelm.cli",    # overwhelm certificates
+    "tcert.generator.accuracy.cli",     # Max-of-K accuracy certificates
+    "tcert.generator.influence.cli",    # influence certificates
+    "tcert.generator.train.cli",        # training (needs the torch extra at run time)
+    "tcert.generator.experiments.cli",  # paper reproductions
+    "tcert.generator.demo",             # the demo on the shipped default model
 )
+
+
+def parse_tokens(text: str) -> list:
+    """Token ids from "3,17,5"."""
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise BadInput(f"--tokens: {text[:40]!r} is not a comma-separated list of integers") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

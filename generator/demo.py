@@ -10,17 +10,18 @@ import os
 import tempfile
 import time
 
-from checker.cli import verify_files
-from checker.modelfile import load_model
+from tcert.checker.cli import verify_files
+from tcert.checker.modelfile import load_model
 
-from . import certio
-from .cli import FEATURE_MODULES
-from .prediction import prediction_certificate
+from tcert.generator import SHIPPED
+from tcert.generator.cli import FEATURE_MODULES
+
+DEFAULT_MODEL = os.path.join(SHIPPED, "models", "maxof4_seed123.safetensors")
 
 
 def check_and_report(path: str, model_path: str, backend: str) -> bool:
     """Run the independent checker on a written certificate and print its verdict line."""
-    from checker.errors import BadInput, Rejected
+    from tcert.checker.errors import BadInput, Rejected
     start = time.perf_counter()
     try:
         ob, cert = verify_files(path, model_path, backend)
@@ -31,21 +32,6 @@ def check_and_report(path: str, model_path: str, backend: str) -> bool:
     return True
 
 
-def demo_section(model, out_dir: str, backend: str) -> bool:
-    """The prediction section: certify the model's answer on one input."""
-    cfg = model.config
-    tokens = [min(cfg.d_vocab - 1, 7 * i + 3) % cfg.d_vocab for i in range(min(cfg.n_ctx, 4))]
-    print(f"[prediction] input tokens {tokens}")
-    cert, p = prediction_certificate(model, tokens)
-    if cert is None:
-        print("  near-tie: no certificate")
-        return False
-    path = os.path.join(out_dir, "prediction.json")
-    certio.write(path, cert)
-    print(f"  generator: next token {p['predicted']} (runner-up {p['runner_up']}, float gap {p['gap']:.6g}) -> {path}")
-    return check_and_report(path, model.path, backend)
-
-
 def run_demo(args) -> int:
     """Run every available demo section; exit 0 only if every certificate verified."""
     model = load_model(args.model)
@@ -54,8 +40,8 @@ def run_demo(args) -> int:
     c = model.config
     print(f"model {os.path.basename(args.model)}: {c.n_layers} layer(s), d_vocab {c.d_vocab}, d_model {c.d_model}, "
           f"{c.n_heads} head(s), n_ctx {c.n_ctx}; sha256 {model.sha256[:16]}...")
-    results = [demo_section(model, out_dir, args.backend)]
-    for name in FEATURE_MODULES[1:]:
+    results = []
+    for name in FEATURE_MODULES:
         if importlib.util.find_spec(name) is None:
             continue
         module = importlib.import_module(name)
@@ -67,3 +53,12 @@ def run_demo(args) -> int:
                 results.append(False)
     print(f"{sum(results)} of {len(results)} certificates verified; files in {out_dir}")
     return 0 if all(results) else 1
+
+
+def add_commands(sub):
+    """Register `tcert demo`."""
+    p = sub.add_parser("demo", help="generate and check certificates on the shipped default model")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--out-dir", default=None, help="where to write certificates (default: a temp folder)")
+    p.add_argument("--backend", choices=["flint", "mpmath"], default="flint")
+    p.set_defaults(func=run_demo)

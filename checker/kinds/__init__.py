@@ -7,7 +7,7 @@ was proved.
 
 import importlib
 
-from ..errors import BadInput
+from tcert.checker.errors import BadInput
 
 KINDS = ("prediction", "overwhelm", "accuracy", "influence")
 

@@ -1,0 +1,85 @@
+"""Exact numbers as certificates write them.
+
+A certificate number is a string: an integer ("17", "-3"), an integer ratio ("-7/16"), or a C99 hex
+float ("0x1.8p-3", "-0x0p+0"). Each denotes exactly one rational, never the nearest double to a
+decimal. JSON integers are accepted where an integer is expected. Sizes are bounded so that a hostile
+certificate cannot make the checker build enormous integers.
+"""
+
+import re
+from fractions import Fraction
+
+from tcert.checker.errors import BadInput
+
+MAX_DIGITS = 400          # digits in an integer or in a ratio's numerator/denominator
+MAX_BINARY_EXPONENT = 4096  # |exponent| of a hex float
+
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_RATIO = re.compile(r"([+-]?[0-9]+)/([0-9]+)\Z")
+_HEX = re.compile(r"([+-]?)0[xX]([0-9a-fA-F]+)(?:\.([0-9a-fA-F]*))?[pP]([+-]?[0-9]+)\Z")
+
+
+def parse_number(text, where: str) -> Fraction:
+    """Return the rational a certificate number denotes, or raise BadInput naming `where`."""
+    if isinstance(text, bool):
+        raise BadInput(f"{where}: expected an exact number, got a boolean")
+    if isinstance(text, int):
+        if abs(text).bit_length() > MAX_DIGITS * 4:
+            raise BadInput(f"{where}: integer too large")
+        return Fraction(text)
+    if not isinstance(text, str):
+        raise BadInput(f"{where}: expected an exact number as a string (hex float or p/q), got {type(text).__name__}")
+    if len(text) > 2 * MAX_DIGITS + 8:
+        raise BadInput(f"{where}: number text longer than {2 * MAX_DIGITS + 8} characters")
+    if _INT.match(text):
+        return Fraction(int(text))
+    m = _RATIO.match(text)
+    if m:
+        den = int(m.group(2))
+        if den == 0:
+            raise BadInput(f"{where}: zero denominator in {text!r}")
+        return Fraction(int(m.group(1)), den)
+    m = _HEX.match(text)
+    if m:
+        sign, whole, frac, exp = m.group(1), m.group(2), m.group(3) or "", int(m.group(4))
+        if abs(exp) > MAX_BINARY_EXPONENT:
+            raise BadInput(f"{where}: binary exponent {exp} out of range")
+        value = Fraction(int(whole + frac, 16), 16 ** len(frac)) * Fraction(2) ** exp
+        return -value if sign == "-" else value
+    raise BadInput(f"{where}: {text[:40]!r} is not an exact number (want integer, p/q or hex float)")
+
+
+def parse_int(value, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """Return a JSON integer within [lo, hi], or raise BadInput naming `where`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{where}: expected an integer")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise BadInput(f"{where}: {value} outside [{lo}, {hi}]")
+    return value
+
+
+def parse_vector(value, where: str, length: int, length_name: str) -> list:
+    """A JSON list of exactly `length` certificate numbers, as Fractions, or BadInput naming `where`
+    and the dimension (`length_name`, e.g. "d_head") the length must equal."""
+    if not isinstance(value, list) or len(value) != length:
+        raise BadInput(f"{where}: must be a list of {length_name} = {length} exact numbers")
+    return [parse_number(x, f"{where}[{i}]") for i, x in enumerate(value)]
+
+
+def format_number(value) -> str:
+    """Write a rational (Fraction, int, or an exact Python float) in certificate form."""
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("cannot write a non-finite number into a certificate")
+        return value.hex()
+    value = Fraction(value)
+    text = str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    den = value.denominator
+    if len(text) > 100 and den & (den - 1) == 0:
+        # A dyadic number such as 2^3000 is far shorter as a hex float, and stays within the parser's
+        # length limit, so everything this function writes parses back to the same value.
+        num, exp = value.numerator, -(den.bit_length() - 1)
+        while num % 2 == 0:
+            num, exp = num // 2, exp + 1
+        text = f"{'-' if num < 0 else ''}0x{abs(num):x}p{exp:+d}"
+    return text

@@ -1,0 +1,365 @@
+"""`tcert experiment overwhelm-paper`: the overwhelm paper's section-6 experiments on a trained text model.
+
+Cells (paper section 6.1): a fixed string s of one of three kinds and n_fix tokens, the free set
+"every permutation of" one of two quotes, query token "?", method naive, lp or tight. Each cell records
+the worst-case deviation bound W (for tight, the analogue (PTP + b)/2 of its bound b on
+max_j logit_j - logit_k over T, with b itself in `tight_bound`), the peak-to-peak difference PTP of the sample (the quote in its own
+order), the verdict, and, when Overwhelmed, a certificate re-checked by the checker (`verify_files`).
+- fixed kinds: `alnum` (a random string of letters, digits, spaces and punctuation, tokenized),
+  `heldout` (random held-out sentences of the training corpus, concatenated), `whatisit` ("what is
+  it" repeated); the first n_fix tokens are used;
+- `--generate K` (paper section 6.2, Figure 4): from the longest repeated-string prefix, generate
+  greedily K tokens, appending each prediction to the fixed string, and record W and PTP/2 each time.
+
+Results go to `<out-dir>/cells.jsonl` (one line per finished cell: a rerun skips them, so an
+interrupted sweep resumes), `points.csv` (every point), `fig2_deviation.png`, `fig3_ptp.png`,
+`fig4_generation.png`. Cells run in a process pool (`--jobs`, default 2).
+"""
+
+import csv
+import json
+import os
+import random
+import string
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from tcert.checker.errors import BadInput
+
+FREE_TEXTS = {
+    "blotches": "The blotches ran well down the sides of his face",
+    "hamlet": ("To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer "
+               "The slings and arrows of outrageous fortune,"),
+}
+FIXED_KINDS = ("alnum", "heldout", "whatisit")
+ALNUM = string.ascii_letters + string.digits + " " * 12 + ".,;:!?'\"-()"
+QUERY_TEXT = "?"
+METHODS = ("naive", "lp", "tight")
+COLORS = {"naive": "C0", "lp": "C1", "tight": "C2"}
+
+
+def fixed_tokens(tok, kind, n, sample, sentences):
+    """The first n token ids of a fixed string of `kind`; `sample` seeds the random kinds."""
+    from tcert.generator.train import text_data
+    rng = random.Random(f"{kind}:{sample}")
+    ids = []
+    while len(ids) < n:
+        if kind == "alnum":
+            text = "".join(rng.choice(ALNUM) for _ in range(4 * n + 16))
+        elif kind == "heldout":
+            text = " ".join(rng.choice(sentences) for _ in range(n // 8 + 4))
+        elif kind == "whatisit":
+            text = " ".join(["what is it"] * (n // 3 + 2))
+        else:
+            raise BadInput(f"unknown fixed-string kind {kind!r}")
+        ids += text_data.encode(tok, text)
+    return ids[:n]
+
+
+_MODEL = {}
+
+
+def _model(path):
+    from tcert.checker.modelfile import load_model
+    if path not in _MODEL:
+        _MODEL[path] = load_model(path)
+    return _MODEL[path]
+
+
+def run_cell(task):
+    """Worker: generate one cell's bound; write and check the certificate when Overwhelmed."""
+    from tcert.generator import certificate
+    from tcert.generator.overwhelm.naive_lp import generate
+    from tcert.generator.overwhelm.tight import generate_tight
+    model = _model(task["model"])
+    start = time.perf_counter()
+    free_spec = task.get("free_spec") or ("perm", len(task["free"]), task["free"])
+    row = {k: task.get(k) for k in ("id", "kind", "n_fix", "sample", "free_name", "method", "step", "repeated")}
+    if task["method"] == "tight":
+        cert, r = generate_tight(model, task["prefix"], task["query"], free_spec)
+        ptp = sample_ptp(model, task["prefix"], task["query"], free_spec)
+        # W analogue: the tight bound b >= max_j (logit_j - logit_k) over T is certified iff b < 0; the
+        # sample's gap is PTP, so (PTP + b) / 2 is the half-loss of gap it certifies: Overwhelmed iff < PTP/2.
+        w = (ptp + r["worst_bound"]) / 2
+        row.update(W=w, W_float=w, tight_bound=r["worst_bound"], margin=None,
+                   exact_competitors=r["exact_competitors"])
+    else:
+        cert, r = generate(model, task["prefix"], task["query"], free_spec, task["method"])
+        ptp = r["ptp_float"]
+        row.update(W=r["deviation"], W_float=r["deviation_float"], margin=r["margin"], tight_bound=None)
+    row.update(n_free=free_spec[1], verdict=r["verdict"], ptp=ptp, predicted=r["predicted"],
+               gen_seconds=time.perf_counter() - start, certificate=None, checked=None, check_seconds=None)
+    if cert is not None:
+        path = os.path.join(task["cert_dir"], task["id"] + ".json")
+        certificate.write(path, cert)
+        row["certificate"] = path
+        if task["check"]:
+            row = check_row(row, task["model"], task["backend"])
+    return row
+
+
+def sample_ptp(model, prefix, query, free_spec):
+    """PTP of the sample the generators use (the multiset in its own order; `any`: the query repeated)."""
+    import numpy as np
+    from tcert.generator.model.forward import logits
+    _, n_free, multiset = free_spec
+    t0 = list(multiset) if multiset is not None else [query] * n_free
+    lg = np.sort(logits(model, np.asarray([list(prefix) + t0 + [query]]))[0])
+    return float(lg[-1] - lg[-2])
+
+
+def check_row(row, model_path, backend):
+    """Worker: run the checker on a cell's certificate; return the row with the verdict and time."""
+    from tcert.checker.cli import verify_files
+    row = dict(row)
+    t = time.perf_counter()
+    try:
+        verify_files(row["certificate"], model_path, backend)
+        row["checked"] = "VERIFIED"
+    except Exception as e:  # a rejection is a result to record
+        row["checked"] = f"REJECTED: {e}"
+    row["check_seconds"] = time.perf_counter() - t
+    return row
+
+
+def check_later(rows, limit, jobs, results_path, model_path, backend):
+    """Check up to `limit` certified-but-unchecked cells (largest n_fix first, then id), appending the
+    updated rows to results_path (the last line of an id wins when results are read back)."""
+    from tqdm import tqdm
+    todo = sorted((r for r in rows if r["certificate"] and r["checked"] is None),
+                  key=lambda r: (-r["n_fix"], r["id"]))[:limit]
+    out_rows = {}
+    with open(results_path, "a") as out, tqdm(total=len(todo), desc="checking", file=sys.stderr) as bar:
+        with ProcessPoolExecutor(max(1, jobs)) as pool:
+            for fut in as_completed([pool.submit(check_row, r, model_path, backend) for r in todo]):
+                row = fut.result()
+                out_rows[row["id"]] = row
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                bar.update(1)
+    return [out_rows.get(r["id"], r) for r in rows]
+
+
+def sweep_tasks(model_path, tok, lengths, samples, methods, frees, sentences, cert_dir, check, backend):
+    """Every cell of the fixed-string sweep as a task dict (ids are stable across runs)."""
+    from tcert.generator.train import text_data
+    query = text_data.encode(tok, QUERY_TEXT)
+    if len(query) != 1:
+        raise BadInput(f"the query {QUERY_TEXT!r} is not one token in this vocabulary")
+    tasks = []
+    for free_name in frees:
+        free = text_data.encode(tok, FREE_TEXTS[free_name])
+        for kind in FIXED_KINDS:
+            for sample in range(1 if kind == "whatisit" else samples):
+                for n in lengths:
+                    prefix = fixed_tokens(tok, kind, n, sample, sentences)
+                    for method in methods:
+                        tasks.append({"id": f"{free_name}-{kind}-s{sample}-n{n}-{method}", "kind": kind,
+                                      "n_fix": n, "sample": sample, "free_name": free_name, "method": method,
+                                      "step": None, "prefix": prefix, "query": query[0], "free": free,
+                                      "model": model_path, "cert_dir": cert_dir, "check": check,
+                                      "backend": backend})
+    return tasks
+
+
+def _load_done(path):
+    done = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    done[row["id"]] = row
+    return done
+
+
+def run_tasks(tasks, jobs, results_path, desc):
+    """Run the tasks not yet in results_path (appending each as it finishes); return all rows."""
+    from tqdm import tqdm
+    done = _load_done(results_path)
+    todo = [t for t in tasks if t["id"] not in done]
+    with open(results_path, "a") as out, tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=desc,
+                                              file=sys.stderr, mininterval=2.0) as bar:
+        def keep(row):
+            done[row["id"]] = row
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            bar.update(1)
+        if jobs <= 1:
+            for t in todo:
+                keep(run_cell(t))
+        else:
+            with ProcessPoolExecutor(jobs) as pool:
+                for fut in as_completed([pool.submit(run_cell, t) for t in todo]):
+                    keep(fut.result())
+    return [done[t["id"]] for t in tasks]
+
+
+def generation_rows(model_path, tok, prefix, free_name, steps, jobs_path, cert_dir, check, backend):
+    """Figure 4: grow the fixed string by the predicted token `steps` times (sequential by nature)."""
+    from tcert.generator.train import text_data
+    free = text_data.encode(tok, FREE_TEXTS[free_name])
+    query = text_data.encode(tok, QUERY_TEXT)[0]
+    done = _load_done(jobs_path)
+    rows = []
+    prefix = list(prefix)
+    with open(jobs_path, "a") as out:
+        for step in range(steps + 1):
+            tid = f"gen-{free_name}-n{len(prefix)}-step{step}"
+            row = done.get(tid)
+            if row is None:
+                row = run_cell({"id": tid, "kind": "generation", "n_fix": len(prefix), "sample": 0,
+                                "free_name": free_name, "method": "lp", "step": step, "prefix": prefix,
+                                "query": query, "free": free, "model": model_path, "cert_dir": cert_dir,
+                                "check": check, "backend": backend})
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+            rows.append(row)
+            prefix = prefix + [row["predicted"]]
+    return rows
+
+
+COLUMNS = ["id", "free_name", "kind", "sample", "n_fix", "n_free", "method", "step", "W", "W_float", "ptp",
+           "margin", "tight_bound", "verdict", "predicted", "gen_seconds", "checked", "check_seconds", "certificate"]
+
+
+def write_csv(rows, path, columns=None):
+    """Every point, one row per cell."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns or COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def plot_sweep(rows, out_dir, frees):
+    """Figures 2 and 3 analogues: W (naive, LP, tight) and PTP against n_fix, one panel per kind and quote."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for fig_name, what in (("fig2_deviation.png", "W"), ("fig3_ptp.png", "ptp")):
+        fig, axes = plt.subplots(len(frees), len(FIXED_KINDS), figsize=(4 * len(FIXED_KINDS), 3.3 * len(frees)),
+                                 squeeze=False)
+        for i, free in enumerate(frees):
+            for j, kind in enumerate(FIXED_KINDS):
+                ax = axes[i][j]
+                cell = [r for r in rows if r["free_name"] == free and r["kind"] == kind]
+                present = [m for m in METHODS if any(r["method"] == m for r in cell)]
+                methods = present if what == "W" else present[-1:]
+                for method in methods:
+                    pts = sorted((r["n_fix"], r[what], r["sample"]) for r in cell if r["method"] == method)
+                    for s in sorted({p[2] for p in pts}):
+                        xs = [p[0] for p in pts if p[2] == s]
+                        ys = [p[1] for p in pts if p[2] == s]
+                        label = (f"W {method}" if what == "W" else "PTP") if s == 0 else None
+                        ax.plot(xs, ys, marker=".", alpha=0.8, color=COLORS[method] if what == "W" else "k",
+                                label=label)
+                if what == "W":
+                    pts = sorted((r["n_fix"], r["ptp"] / 2, r["sample"]) for r in cell if r["method"] == methods[-1])
+                    for s in sorted({p[2] for p in pts}):
+                        ax.plot([p[0] for p in pts if p[2] == s], [p[1] for p in pts if p[2] == s], ls="--",
+                                color="gray", label="PTP/2" if s == 0 else None)
+                if what == "ptp":
+                    for method, marker in zip(present, ("o", "x", "+")):
+                        cert = [(r["n_fix"], r["ptp"]) for r in cell if r["verdict"] == "Overwhelmed"
+                                and r["method"] == method]
+                        if cert:
+                            ax.scatter(*zip(*cert), marker=marker, color=COLORS[method], s=60, zorder=3,
+                                       label=f"certified ({method})", facecolors="none" if marker == "o" else None)
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.set_title(f"{kind}, {free}", fontsize=10)
+                ax.set_xlabel("n_fix (tokens)")
+                ax.grid(alpha=0.3)
+                if j == 0:
+                    ax.set_ylabel("worst-case deviation W" if what == "W" else "peak-to-peak difference")
+                ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, fig_name), dpi=90, metadata={"Software": None})
+        plt.close(fig)
+
+
+def plot_generation(rows, path):
+    """Figure 4 analogue: W and PTP/2 along greedy generation from an overwhelming prefix."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [r["n_fix"] for r in rows]
+    ax.plot(xs, [r["W"] for r in rows], marker=".", label="W (LP)")
+    ax.plot(xs, [r["ptp"] / 2 for r in rows], marker=".", label="PTP/2")
+    ax.set_xlabel("n_fix (prefix + generated tokens)")
+    ax.set_title(f"generation from an overwhelming prefix ({rows[0]['free_name']})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def cmd_overwhelm_paper(args):
+    """Run the sweep (resuming), the generation experiment, and write CSV and plots."""
+    from tcert.generator.train import text_data
+    model = _model(args.model)
+    tok = text_data.model_tokenizer(args.model, model.config.tokenizer)
+    os.makedirs(args.out_dir, exist_ok=True)
+    cert_dir = args.cert_dir or os.path.join(args.out_dir, "certs")
+    os.makedirs(cert_dir, exist_ok=True)
+    sentences = text_data.held_out_sentences(args.corpus)
+    lengths = _ints(args.lengths)
+    if max(lengths) + 64 > model.config.n_ctx:
+        raise BadInput(f"--lengths up to {max(lengths)} leave no room for the free tokens in n_ctx {model.config.n_ctx}")
+    frees = [f for f in args.free.split(",") if f]
+    if any(f not in FREE_TEXTS for f in frees):
+        raise BadInput(f"--free names must be among {sorted(FREE_TEXTS)}")
+    methods = [m for m in args.methods.split(",") if m]
+    start = time.perf_counter()
+    tasks = sweep_tasks(args.model, tok, lengths, args.samples, methods, frees, sentences, cert_dir,
+                        not args.no_check, args.backend)
+    rows = run_tasks(tasks, args.jobs, os.path.join(args.out_dir, "cells.jsonl"), "overwhelm sweep")
+    gen = []
+    if args.generate:
+        prefix = fixed_tokens(tok, "whatisit", max(lengths), 0, sentences)
+        gen = generation_rows(args.model, tok, prefix, frees[0], args.generate,
+                              os.path.join(args.out_dir, "generation.jsonl"), cert_dir, not args.no_check,
+                              args.backend)
+        plot_generation(gen, os.path.join(args.out_dir, "fig4_generation.png"))
+    if args.check_limit:
+        rows = check_later(rows, args.check_limit, args.jobs, os.path.join(args.out_dir, "cells.jsonl"),
+                           args.model, args.backend)
+    write_csv(rows + gen, os.path.join(args.out_dir, "points.csv"))
+    plot_sweep(rows, args.out_dir, frees)
+    allrows = rows + gen
+    certified = [r for r in allrows if r["verdict"] == "Overwhelmed"]
+    checked = [r for r in certified if r["checked"] is not None]
+    ok = sum(r["checked"] == "VERIFIED" for r in checked)
+    print(f"{len(allrows)} cells ({len(gen)} generation steps) in {time.perf_counter() - start:.0f} s this run; "
+          f"{len(certified)} Overwhelmed; {len(checked)} certificates checked by tcert-check "
+          f"({ok} VERIFIED) in {sum(r['check_seconds'] for r in checked):.0f} s of checker time; "
+          f"results in {args.out_dir}")
+    return 0 if ok == len(checked) else 1
+
+
+def add_command(esub):
+    """Register `tcert experiment overwhelm-paper` under the `experiment` subparsers."""
+    p = esub.add_parser("overwhelm-paper", help="the overwhelm paper's section-6 sweep on a text model")
+    p.add_argument("--model", required=True, help="a text model from `tcert train text`")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--cert-dir", default=None, help="where certificates go (default OUT_DIR/certs)")
+    p.add_argument("--lengths", default="10,30,100,300,1000,1500", help="n_fix values")
+    p.add_argument("--samples", type=int, default=3, help="random fixed strings per length (alnum, heldout)")
+    p.add_argument("--methods", default="naive,lp,tight")
+    p.add_argument("--free", default="blotches,hamlet", help=f"free quotes among {sorted(FREE_TEXTS)}")
+    p.add_argument("--generate", type=int, default=20, help="greedy generation steps for Figure 4 (0: skip)")
+    p.add_argument("--corpus", default="lee+enwiki", help="corpus whose held-out sentences form `heldout`")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--no-check", action="store_true", help="do not run the checker on certificates")
+    p.add_argument("--check-limit", type=int, default=0,
+                   help="with --no-check: afterwards check up to N certified sweep cells, largest n_fix first")
+    p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
+    p.set_defaults(func=cmd_overwhelm_paper)

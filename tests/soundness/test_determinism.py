@@ -1,0 +1,132 @@
+"""Determinism and regression (issue 8, section 3).
+
+- Same inputs -> byte-identical certificate, for every kind: generated twice in-process, twice through
+  the `tcert` CLI (fresh files), and the CLI's bytes equal the in-process bytes.
+- The influence generator can derive its constants with either interval backend: same certificate.
+- Every certificate under certificates/ verifies with both backends against the model it names (found
+  by SHA-256 among certificates/**/*.safetensors), with the same summary line.
+"""
+
+import pathlib
+
+import pytest
+
+from tcert.checker.cli import verify_files
+from tcert.checker.envelope import load_certificate
+from tcert.checker.modelfile import load_model
+from tcert.testing import CERTIFICATES
+from tcert.generator import certificate
+from tcert.generator.cli import main as tcert
+from tcert.generator.model.files import save_model
+from tcert.generator.model.random_models import random_model
+
+
+def write_model(tmp_path, name, tensors_cfg):
+    path = str(tmp_path / f"{name}.safetensors")
+    save_model(path, *tensors_cfg)
+    return path
+
+
+def tiny_models(tmp_path):
+    """One model file per kind's family (small: the whole file runs in seconds)."""
+    from tcert.generator.influence.constants import robust_toy_model, toy_model
+    from tcert.testing.overwhelm import tiny_neox1l
+    from tcert.testing.accuracy import constructed
+    return {"prediction": write_model(tmp_path, "pred", random_model("preln", d_vocab=8, d_model=8, n_heads=2,
+                                                                     d_head=4, d_mlp=16, n_ctx=8, n_layers=2, seed=3)),
+            "overwhelm": write_model(tmp_path, "ow", tiny_neox1l(6, qk_scale=0.5)),
+            "accuracy": write_model(tmp_path, "acc", constructed(6, 3, 15.0, 3.0, 0.1, 1)),
+            "influence": write_model(tmp_path, "infl", toy_model(n_layers=2, d_vocab=3, n_ctx=5, d_model=6,
+                                                                 n_heads=2, d_head=3, d_mlp=8, scale=0.3, eps="1")),
+            "influence-corollary": write_model(tmp_path, "robust", robust_toy_model(2, d_vocab=3, n_ctx=8))}
+
+
+def generate(kind, path, variant):
+    """The certificate text of `kind` on the model at `path`, generated in-process."""
+    model = load_model(path)
+    if kind == "prediction":
+        from tcert.generator.prediction import prediction_certificate
+        return certificate.dumps(prediction_certificate(model, [1, 2, 3, 4, 5])[0])
+    if kind == "overwhelm":
+        from tcert.generator.overwhelm.naive_lp import generate as ow
+        return certificate.dumps(ow(model, [1] * 20, 2, ("perm", 3, [0, 3, 4]), "lp", "table", variant)[0])
+    if kind == "accuracy":
+        from tcert.generator.accuracy.strategies import make_certificate
+        return certificate.dumps(make_certificate(model, variant)[0])
+    from tcert.generator.influence.constants import corollary_certificate, influence_certificate
+    if variant == "corollary":
+        return certificate.dumps(corollary_certificate(model, [1, 2, 0, 1, 2, 0, 1, 2])[0])
+    return certificate.dumps(influence_certificate(model))
+
+
+CLI = {
+    ("prediction", None): ["predict", "--tokens", "1,2,3,4,5"],
+    ("overwhelm", "tight"): ["overwhelm", "--prefix-ids", ",".join(["1"] * 20), "--query-id", "2",
+                             "--free", "perm:0,3,4", "--method", "lp", "--value-bound", "table", "--hints", "tight"],
+    ("overwhelm", "float"): ["overwhelm", "--prefix-ids", ",".join(["1"] * 20), "--query-id", "2",
+                             "--free", "perm:0,3,4", "--method", "lp", "--value-bound", "table", "--hints", "float"],
+    ("accuracy", "brute"): ["accuracy", "--strategy", "brute"],
+    ("accuracy", "cubic"): ["accuracy", "--strategy", "cubic"],
+    ("accuracy", "subcubic:svd"): ["accuracy", "--strategy", "subcubic:svd"],
+    ("influence", None): ["influence"],
+    ("influence", "corollary"): ["influence", "--tokens", "1,2,0,1,2,0,1,2"],
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(tmp_path_factory.mktemp("determinism"))
+
+
+@pytest.mark.parametrize("kind,variant", sorted(CLI, key=str), ids=lambda x: str(x))
+def test_same_inputs_same_bytes(models, tmp_path, capsys, kind, variant):
+    """In-process twice, CLI twice: four identical byte strings, and the certificate verifies."""
+    path = models.get(f"{kind}-{variant}", models[kind])
+    first, second = generate(kind, path, variant), generate(kind, path, variant)
+    assert first == second
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"{i}.json"
+        assert tcert(CLI[kind, variant] + ["--model", path, "--out", str(out)]) == 0
+        outs.append(out.read_bytes())
+    capsys.readouterr()
+    assert outs[0] == outs[1] == first.encode("utf-8")
+    assert first != "null\n"
+    verify_files(str(tmp_path / "0.json"), path, "flint")
+
+
+def test_influence_generator_backend_independent(models):
+    """The influence generator derives its constants with the checker's routines: with the Arb or the
+    mpmath backend it writes the same claim and evidence."""
+    from tcert.generator.influence.constants import influence_parts
+    model = load_model(models["influence"])
+    flint = influence_parts(model, backend="flint")[:2]
+    mp = influence_parts(model, backend="mpmath")[:2]
+    assert flint == mp
+
+
+# --- every shipped certificate, both backends ------------------------------------------------------
+
+SHIPPED = sorted(CERTIFICATES.rglob("*.json"))
+
+
+def model_by_sha() -> dict:
+    """SHA-256 -> a model file under certificates/ with those bytes."""
+    return {load_model(str(p)).sha256: str(p) for p in sorted(CERTIFICATES.rglob("*.safetensors"))}
+
+
+def test_there_are_shipped_certificates_of_every_kind():
+    kinds = {load_certificate(str(p))["kind"] for p in SHIPPED}
+    assert {"overwhelm", "accuracy", "influence"} <= kinds
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(pathlib.Path(p).relative_to(CERTIFICATES)))
+def test_shipped_certificate_verifies_with_both_backends(path):
+    """Each shipped certificate names a model present under certificates/ and verifies against it with
+    flint and mpmath, with the same summary. A change that breaks this must be deliberate."""
+    sha = load_certificate(str(path))["model_sha256"]
+    models = model_by_sha()
+    assert sha in models, f"{path}: no model with SHA-256 {sha} under certificates/"
+    ob_f, _ = verify_files(str(path), models[sha], "flint")
+    ob_m, _ = verify_files(str(path), models[sha], "mpmath")
+    assert ob_f.summary == ob_m.summary
