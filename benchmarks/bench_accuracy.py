@@ -18,7 +18,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.verify import verify  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
 from tcert.generator import certificate  # noqa: E402
 from tcert.generator.accuracy.strategies import make_certificate  # noqa: E402
@@ -47,7 +47,7 @@ def run(npz, tmp, brute_check: bool, backend: str):
         check = check_cpu = None
         if strategy != "brute" or brute_check:
             t0, c0 = time.perf_counter(), time.process_time()
-            verify_files(path, model_path, backend)
+            verify(path, model_path, backend)
             check, check_cpu = time.perf_counter() - t0, time.process_time() - c0
         if strategy == "brute":
             exact = report["bound"]

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.verify import verify  # noqa: E402
 from tcert.checker.numbers import parse_number  # noqa: E402
 from tcert.checker.kinds.influence import rate  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
@@ -70,7 +70,7 @@ def tightness(tmp, trials):
         cert = influence_certificate(model)
         cpath = os.path.join(tmp, "c.json")
         certificate.write(cpath, cert)
-        verify_files(cpath, path, "flint")
+        verify(cpath, path, "flint")
         C, C_abs = parse_number(cert["claim"]["C"], "C"), parse_number(cert["claim"]["C_abs"], "C_abs")
         for n in sorted({2, 4, 8, 16, 32, 64} & set(range(2, cfg.n_ctx + 1)) | {cfg.n_ctx}):
             rated = C * rate(cert["claim"]["rate"], n, cfg.n_layers)
@@ -117,12 +117,12 @@ def speed(tmp):
     cpath = os.path.join(tmp, "big.json")
     certificate.write(cpath, cert)
     start, cpu = time.perf_counter(), time.process_time()
-    ob, _ = verify_files(cpath, path, "flint")
+    ob = verify(cpath, path, "flint")
     chk, chk_cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"speed: 4 layers, d_model 512, d_vocab 30522, n_ctx 512: generator {gen:.1f} s wall ({gen_cpu:.1f} s CPU), "
           f"checker (Arb) {chk:.1f} s wall ({chk_cpu:.1f} s CPU); load average {os.getloadavg()[0]:.1f}")
     print(f"  {ob.summary}")
-    for name, secs in sorted(ob.done, key=lambda x: -x[1])[:6]:
+    for name, secs, _ in sorted(ob.done, key=lambda x: -x.seconds)[:6]:
         print(f"  {secs:7.1f} s  {name}")
     return gen, chk
 

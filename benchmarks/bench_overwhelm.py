@@ -54,7 +54,7 @@ def check_only(cert_path, model_path):
         verdict = f"REJECTED: {e}"
     total = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"verdict": verdict, "seconds": total, "load_seconds": load, "obligations": ob.done,
+    print(json.dumps({"verdict": verdict, "seconds": total, "load_seconds": load, "obligations": [(o.name, o.seconds) for o in ob.done],
                       "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_gb": usage.ru_maxrss / 2 ** 20}))
 
 

@@ -101,7 +101,7 @@ def run_check(cert_path, model_path, shared):
             verdicts.append(f"REJECTED: {e.obligation}")
     wall = time.perf_counter() - t0
     cpu, rss = usage()
-    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_gb": rss, "verdicts": verdicts, "obligations": ob.done}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_gb": rss, "verdicts": verdicts, "obligations": [(o.name, o.seconds) for o in ob.done]}))
 
 
 def sub(args):

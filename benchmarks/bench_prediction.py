@@ -8,7 +8,7 @@
    "small" = the `tcert model random` defaults (d_model 32, 1 head of 32, d_mlp 128, n_ctx 16) and
    "medium" (d_model 128, 4 heads of 32, d_mlp 512, n_ctx 64), each with a full-length input.
 
-Times are wall-clock seconds of `checker.cli.verify_files` (reading and hashing the model file,
+Times are wall-clock seconds of `tcert.checker.verify.verify` (reading and hashing the model file,
 envelope, rigorous forward pass, gap comparison); the per-obligation split comes from the checker's
 own `Obligations` record.
 
@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.verify import verify  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
 from tcert.generator import certificate  # noqa: E402
 from tcert.generator.model.files import save_model  # noqa: E402
@@ -60,8 +60,8 @@ def bench(label, size, seed, backends, repeat, workdir):
         best = None
         for _ in range(repeat):
             start, cpu = time.perf_counter(), time.process_time()
-            ob, _cert = verify_files(cpath, path, backend)
-            run = (time.perf_counter() - start, time.process_time() - cpu, ob.done)
+            ob = verify(cpath, path, backend)
+            run = (time.perf_counter() - start, time.process_time() - cpu, [(o.name, o.seconds) for o in ob.done])
             best = run if best is None or run[0] < best[0] else best
         steps = ", ".join(f"{name} {secs:.2f} s" for name, secs in best[2])
         print(f"  {backend:6s}: VERIFIED in {best[0]:.2f} s wall, {best[1]:.2f} s CPU "

@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.verify import verify  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
 from tcert.generator import certificate
 from tcert.generator.train import text_data  # noqa: E402
@@ -133,7 +133,7 @@ def cell(task):
             certificate.write(path, cert)
             t = time.perf_counter()
             try:
-                verify_files(path, model_path, "flint")
+                verify(path, model_path, "flint")
                 row[f"{method}_checked"] = "VERIFIED"
             except Exception as e:  # a rejection is a result to record
                 row[f"{method}_checked"] = f"REJECTED: {e}"[:80]

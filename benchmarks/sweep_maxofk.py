@@ -29,7 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tcert.checker.cli import verify_files  # noqa: E402
+from tcert.checker.verify import verify  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
 
 DEFAULT_STRATEGIES = ("cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
@@ -98,7 +98,7 @@ def evaluate(args):
             check = check_cpu = None
             if strategy != "brute" or check_brute:
                 t0, c0 = time.perf_counter(), time.process_time()
-                verify_files(cpath, path, "flint")
+                verify(cpath, path, "flint")
                 check, check_cpu = time.perf_counter() - t0, time.process_time() - c0
             if strategy == "brute":
                 true = report["bound"]

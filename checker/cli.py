@@ -11,30 +11,11 @@ import json
 import sys
 import time
 
-from tcert.checker import envelope
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
-from tcert.checker.kinds import checker_for
-from tcert.checker.modelfile import load_model
-from tcert.checker.obligations import Obligations
+from tcert.checker.interval import BACKENDS, DEFAULT_PREC
+from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-def verify_files(cert_path: str, model_path: str, backend: str = "flint", prec: int = DEFAULT_PREC):
-    """Check the certificate at cert_path against the model at model_path.
-
-    Returns (Obligations, certificate) when every obligation holds; raises Rejected or BadInput.
-    """
-    cert = envelope.load_certificate(cert_path)
-    check = checker_for(cert["kind"])
-    model = load_model(model_path)
-    if model.sha256 != cert["model_sha256"]:
-        raise Rejected("model binding", f"model file SHA-256 {model.sha256[:16]}... is not the certified "
-                                        f"{cert['model_sha256'][:16]}...")
-    ob = Obligations()
-    check(model, cert["claim"], cert["evidence"], make_backend(backend, prec), ob)
-    return ob, cert
 
 
 def main(argv=None) -> int:
@@ -51,10 +32,10 @@ def main(argv=None) -> int:
     try:
         if not 30 <= args.prec <= 4096:
             raise BadInput("--prec must be between 30 and 4096 bits")
-        ob, cert = verify_files(args.certificate, args.model, args.backend, args.prec)
-        code, line = EXIT_VERIFIED, f"VERIFIED: {cert['kind']}: {ob.summary}"
-        result.update(verdict="VERIFIED", kind=cert["kind"], summary=ob.summary,
-                      obligations=[{"name": n, "seconds": round(s, 6)} for n, s in ob.done])
+        ob = verify(args.certificate, args.model, args.backend, args.prec)
+        code, line = EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}"
+        result.update(verdict="VERIFIED", kind=ob.kind, summary=ob.summary,
+                      obligations=[{"name": o.name, "seconds": round(o.seconds, 6)} for o in ob.done])
     except Rejected as e:
         code, line = EXIT_REJECTED, f"REJECTED: {e.obligation}: {e.detail}"
         result.update(verdict="REJECTED", obligation=e.obligation, detail=e.detail)

@@ -6,6 +6,7 @@ decimal. JSON integers are accepted where an integer is expected. Sizes are boun
 certificate cannot make the checker build enormous integers.
 """
 
+import math
 import re
 from fractions import Fraction
 
@@ -83,3 +84,24 @@ def format_number(value) -> str:
             num, exp = num // 2, exp + 1
         text = f"{'-' if num < 0 else ''}0x{abs(num):x}p{exp:+d}"
     return text
+
+
+def show(q) -> str:
+    """A short decimal for a number in a message, never used to decide and never raising: Fractions and
+    ints of any size (beyond float range as an order of magnitude, e.g. "-~1.2e+5000"), floats, or None."""
+    if q is None:
+        return "none"
+    try:
+        q = Fraction(q)
+    except (TypeError, ValueError, OverflowError):
+        return str(q)[:40]
+    try:
+        if float(q) != 0 or q == 0:
+            return f"{float(q):.9g}"
+    except OverflowError:
+        pass
+    # beyond float range (or below its smallest subnormal): an order of magnitude (log10 of an int is exact
+    # enough and never overflows)
+    digits = math.log10(abs(q.numerator)) - math.log10(q.denominator)
+    mant, exp = 10 ** (digits - math.floor(digits)), math.floor(digits)
+    return f"{'-' if q < 0 else ''}~{mant:.2g}e{exp:+d}"

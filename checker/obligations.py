@@ -1,34 +1,51 @@
-"""The verify loop's bookkeeping: named obligations, their outcome and their time."""
+"""The verify loop's record: each obligation checked, in order, with its time and certified figures.
+
+A rule checks one obligation inside `step(name)`; it may record the numbers it certified into the
+dict the step yields (e.g. `fig["certified margin"] = gap`). Those figures are what the CLI's --json,
+reports and the mutation harness read: nobody needs to reach into a rule to learn what it proved.
+"""
 
 import time
 from contextlib import contextmanager
+from typing import Iterator, NamedTuple
 
 from tcert.checker.errors import Rejected
 
 
+class Obligation(NamedTuple):
+    """One obligation that held: its name, the seconds it took and the figures it certified."""
+
+    name: str
+    seconds: float
+    figures: dict
+
+
 class Obligations:
-    """Records each obligation a rule checks, in order, with the seconds it took."""
+    """Records each obligation a rule checks, in order; `summary` says in one line what was proved."""
 
     def __init__(self):
-        self.done = []      # (name, seconds)
-        self.summary = ""   # one line saying what was proved, set by the kind's check
+        self.done: list[Obligation] = []
+        self.summary = ""       # set by the kind's check when every obligation held
+        self.kind = ""          # set by verify
+        self.certificate = {}   # the parsed certificate, set by verify
 
     @contextmanager
-    def step(self, name: str):
-        """Time the block as obligation `name`; a Rejected inside it propagates unchanged."""
+    def step(self, name: str) -> Iterator[dict]:
+        """Time the block as obligation `name` and yield the dict of figures it certifies; a Rejected
+        inside it propagates unchanged (the obligation is then not recorded)."""
+        figures = {}
         start = time.perf_counter()
-        yield
-        self.done.append((name, time.perf_counter() - start))
+        yield figures
+        self.done.append(Obligation(name, time.perf_counter() - start, figures))
 
     def require(self, holds: bool, name: str, detail: str):
         """Reject with `name: detail` unless `holds`."""
         if not holds:
             raise Rejected(name, detail)
 
-
-def show(q) -> str:
-    """A short human-readable decimal for an exact rational in a message (never used to decide)."""
-    try:
-        return f"{float(q):.9g}"
-    except OverflowError:
-        return "huge"
+    def figure(self, key: str):
+        """The first recorded figure called `key` (KeyError if no obligation recorded it)."""
+        for ob in self.done:
+            if key in ob.figures:
+                return ob.figures[key]
+        raise KeyError(key)

@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.modelfile import load_model
 
 from tcert.generator import SHIPPED
@@ -24,7 +24,8 @@ def check_and_report(path: str, model_path: str, backend: str) -> bool:
     from tcert.checker.errors import BadInput, Rejected
     start = time.perf_counter()
     try:
-        ob, cert = verify_files(path, model_path, backend)
+        ob = verify(path, model_path, backend)
+        cert = ob.certificate
     except (Rejected, BadInput) as e:
         print(f"  checker: NOT VERIFIED: {e}")
         return False

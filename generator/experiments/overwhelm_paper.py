@@ -4,7 +4,7 @@ Cells (paper section 6.1): a fixed string s of one of three kinds and n_fix toke
 "every permutation of" one of two quotes, query token "?", method naive, lp or tight. Each cell records
 the worst-case deviation bound W (for tight, the analogue (PTP + b)/2 of its bound b on
 max_j logit_j - logit_k over T, with b itself in `tight_bound`), the peak-to-peak difference PTP of the sample (the quote in its own
-order), the verdict, and, when Overwhelmed, a certificate re-checked by the checker (`verify_files`).
+order), the verdict, and, when Overwhelmed, a certificate re-checked by the checker (`verify`).
 - fixed kinds: `alnum` (a random string of letters, digits, spaces and punctuation, tokenized),
   `heldout` (random held-out sentences of the training corpus, concatenated), `whatisit` ("what is
   it" repeated); the first n_fix tokens are used;
@@ -111,11 +111,11 @@ def sample_ptp(model, prefix, query, free_spec):
 
 def check_row(row, model_path, backend):
     """Worker: run the checker on a cell's certificate; return the row with the verdict and time."""
-    from tcert.checker.cli import verify_files
+    from tcert.checker.verify import verify
     row = dict(row)
     t = time.perf_counter()
     try:
-        verify_files(row["certificate"], model_path, backend)
+        verify(row["certificate"], model_path, backend)
         row["checked"] = "VERIFIED"
     except Exception as e:  # a rejection is a result to record
         row["checked"] = f"REJECTED: {e}"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_number
 from tcert.checker.forward import last_logits
@@ -92,7 +92,7 @@ def certify(model_path, strategy, tmp_path, backend="flint"):
     cert, report = make_certificate(model, strategy)
     path = str(tmp_path / f"{strategy.replace(':', '_')}.json")
     certificate.write(path, cert)
-    verify_files(path, model_path, backend)
+    verify(path, model_path, backend)
     return report["bound"], path
 
 
@@ -113,7 +113,7 @@ def test_bounds_never_exceed_exact_count(tmp_path_factory, v, k, sharp, gain, no
         n_flint, cert = certify(path, strategy, tmp)
         assert n_flint <= exact, (strategy, n_flint, exact)
         if seed % 4 == 0:
-            verify_files(cert, path, "mpmath")          # the reference backend agrees
+            verify(cert, path, "mpmath")          # the reference backend agrees
         NONTRIVIAL[strategy] += n_flint > 0
 
 
@@ -169,11 +169,11 @@ def mutated(tmp, cert_path, edit):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_claim_one_more_is_rejected(tiny, strategy, backend):
     tmp, path, certs = tiny
-    verify_files(certs[strategy], path, backend)
+    verify(certs[strategy], path, backend)
     bad = mutated(tmp, certs[strategy], lambda c: c["claim"].update(
         correct_at_least=c["claim"]["correct_at_least"] + 1))
     with pytest.raises(Rejected, match="count"):
-        verify_files(bad, path, backend)
+        verify(bad, path, backend)
 
 
 def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
@@ -196,7 +196,7 @@ def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
             bad = mutated(tmp, certs["cubic"], lambda cc: cc["evidence"]["cases"][j].__setitem__(
                 3, format(int(mask, 16) | 1 << k, "x")))
             with pytest.raises(Rejected, match="cubic case"):
-                verify_files(bad, path, "flint")
+                verify(bad, path, "flint")
             tried += 1
             break
         if tried >= 3:
@@ -234,13 +234,13 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
             bad = mutated(tmp, certs[strategy], edit)
             for backend in ("flint", "mpmath"):
                 with pytest.raises(Rejected, match="subcubic case"):
-                    verify_files(bad, path, backend)
+                    verify(bad, path, backend)
 
 
 def test_subcubic_hint_of_wrong_length_is_bad_input(tiny):
     tmp, path, certs = tiny
     with pytest.raises(BadInput, match="d_head"):
-        verify_files(mutated(tmp, certs["subcubic:svd"], lambda c: c["evidence"]["x"].pop()), path, "flint")
+        verify(mutated(tmp, certs["subcubic:svd"], lambda c: c["evidence"]["x"].pop()), path, "flint")
 
 
 @pytest.mark.parametrize("edit, msg", [
@@ -253,14 +253,14 @@ def test_subcubic_hint_of_wrong_length_is_bad_input(tiny):
 def test_malformed_cubic_evidence_is_bad_input(tiny, edit, msg):
     tmp, path, certs = tiny
     with pytest.raises(BadInput, match=msg):
-        verify_files(mutated(tmp, certs["cubic"], edit), path, "flint")
+        verify(mutated(tmp, certs["cubic"], edit), path, "flint")
 
 
 def test_certificate_bound_to_other_model_is_rejected(tiny, tmp_path):
     tmp, path, certs = tiny
     other = write_model(tmp_path, *constructed(8, 3, 15.0, 3.0, 0.1, 2))
     with pytest.raises(Rejected, match="model binding"):
-        verify_files(certs["cubic"], other, "flint")
+        verify(certs["cubic"], other, "flint")
 
 
 def test_wrong_architecture_is_bad_input(tmp_path):
@@ -282,7 +282,8 @@ def shipped(name):
                                   "maxof4_seed123_subcubic_exact-eqke.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
-    ob, cert = verify_files(str(path), str(SHIPPED_MODEL), "flint")
+    ob = verify(str(path), str(SHIPPED_MODEL), "flint")
+    cert = ob.certificate
     reference = 15_821_617 if name.endswith("cubic.json") and "subcubic" not in name else 11_287_877
     assert cert["claim"]["correct_at_least"] >= reference     # the reference implementation's bound
     regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["generator"]["strategy"],
@@ -296,7 +297,8 @@ def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
     out = str(tmp_path / "c.json")
     assert main(["accuracy", "--model", path, "--strategy", "cubic", "--out", out, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    ob, cert = verify_files(out, path, "flint")
+    ob = verify(out, path, "flint")
+    cert = ob.certificate
     assert cert["claim"]["correct_at_least"] == report["bound"] > 0
     assert main(["accuracy", "--model", path, "--strategy", "quantum", "--out", out]) == 2
     for bad in ("subcubic:quantum", "subcubic:svd+xx", "subcubic:svd-rec0"):
@@ -325,7 +327,7 @@ def test_svd_variant_never_forms_eqke(tiny, monkeypatch, strategy):
         seen.append(eqke)
         return real(B, model, eqke)
     monkeypatch.setattr(tables, "interval_tables", spy)
-    verify_files(certs[strategy], path, "flint")
+    verify(certs[strategy], path, "flint")
     assert seen == [False]
 
 
@@ -338,7 +340,7 @@ def test_rank2_hint_without_projection_is_rejected(tiny, backend):
         for key in ("x", "y"):
             cert["evidence"][key][1] = list(cert["evidence"][key][0])
     with pytest.raises(Rejected, match="rank-2 hint"):
-        verify_files(mutated(tmp, certs["subcubic:svd2"], edit), path, backend)
+        verify(mutated(tmp, certs["subcubic:svd2"], edit), path, backend)
 
 
 @pytest.mark.parametrize("edit", [lambda c: c["evidence"]["x"].pop(), lambda c: c["evidence"]["y"][1].pop(),
@@ -346,7 +348,7 @@ def test_rank2_hint_without_projection_is_rejected(tiny, backend):
 def test_rank2_hint_of_wrong_shape_is_bad_input(tiny, edit):
     tmp, path, certs = tiny
     with pytest.raises(BadInput, match="two lists of d_head"):
-        verify_files(mutated(tmp, certs["subcubic:svd2"], edit), path, "flint")
+        verify(mutated(tmp, certs["subcubic:svd2"], edit), path, "flint")
 
 
 def test_rank2_is_at_least_rank1_on_trained_model(tmp_path):
@@ -367,7 +369,7 @@ def test_deflation_hint_without_projection_is_rejected(tiny, backend, step):
     def edit(cert):
         cert["evidence"]["y"][step] = ["0"] * len(cert["evidence"]["y"][step])
     with pytest.raises(Rejected, match="deflation hint"):
-        verify_files(mutated(tmp, certs["subcubic:svd-rec"], edit), path, backend)
+        verify(mutated(tmp, certs["subcubic:svd-rec"], edit), path, backend)
 
 
 @pytest.mark.parametrize("edit, msg", [
@@ -379,7 +381,7 @@ def test_deflation_hint_without_projection_is_rejected(tiny, backend, step):
 def test_deflation_hints_of_wrong_shape_are_bad_input(tiny, edit, msg):
     tmp, path, certs = tiny
     with pytest.raises(BadInput, match=msg):
-        verify_files(mutated(tmp, certs["subcubic:svd-rec"], edit), path, "flint")
+        verify(mutated(tmp, certs["subcubic:svd-rec"], edit), path, "flint")
 
 
 def test_deflation_hints_are_not_trusted(tiny):
@@ -391,7 +393,7 @@ def test_deflation_hints_are_not_trusted(tiny):
         for key in ("x", "y"):
             cert["evidence"][key] = [[certificate.num(2 * parse_number(t, key)) for t in vec]
                                      for vec in cert["evidence"][key]]
-    verify_files(mutated(tmp, certs["subcubic:svd-rec"], scale), path, "flint")   # projections unchanged
+    verify(mutated(tmp, certs["subcubic:svd-rec"], scale), path, "flint")   # projections unchanged
 
 
 def test_deflation_rank_suffix(tmp_path):
@@ -414,7 +416,7 @@ def test_deflation_rank_suffix(tmp_path):
 def test_eu_groups_malformed_are_bad_input(tiny, edit, msg):
     tmp, path, certs = tiny
     with pytest.raises(BadInput, match=msg):
-        verify_files(mutated(tmp, certs["subcubic:svd-rec+eu"], edit), path, "flint")
+        verify(mutated(tmp, certs["subcubic:svd-rec+eu"], edit), path, "flint")
 
 
 def test_eu_groups_are_used_and_not_trusted(tiny, tmp_path):
@@ -428,12 +430,12 @@ def test_eu_groups_are_used_and_not_trusted(tiny, tmp_path):
     def one_group(c):
         c["evidence"]["eu_groups"] = [0] * 64
     with pytest.raises(Rejected, match="subcubic case"):
-        verify_files(mutated(tmp_path, cert, one_group), str(SHIPPED_MODEL), "flint")
+        verify(mutated(tmp_path, cert, one_group), str(SHIPPED_MODEL), "flint")
     tmp, path, certs = tiny
 
     def singletons(c):
         c["evidence"]["eu_groups"] = list(range(8))
-    verify_files(mutated(tmp, certs["subcubic:svd-rec+eu"], singletons), path, "flint")
+    verify(mutated(tmp, certs["subcubic:svd-rec+eu"], singletons), path, "flint")
 
 
 def test_zero_attention_scores(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_number
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
@@ -66,8 +66,8 @@ def write(tmp_path, cert, name="mut.json"):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_verifies_and_backends_agree(tmp_path, name):
     mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
-    ob_f, _ = verify_files(cpath, mpath, "flint")
-    ob_m, _ = verify_files(cpath, mpath, "mpmath")
+    ob_f = verify(cpath, mpath, "flint")
+    ob_m = verify(cpath, mpath, "mpmath")
     assert ob_f.summary == ob_m.summary
     cfg = model.config
     expected = "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
@@ -97,7 +97,7 @@ def test_exhaustive_soundness(tmp_path, name):
     """Every single non-final change at every n in range, evaluated rigorously (Arb, 100 bits):
     ||y - y'|| and ||p - p'||_1 stay within the certified C r(n), C' r(n)."""
     mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
-    verify_files(cpath, mpath, "flint")
+    verify(cpath, mpath, "flint")
     claim, cfg = cert["claim"], model.config
     B = make_backend("flint", 100)
     worst = 0.0
@@ -166,7 +166,7 @@ def test_adversarial_search_never_exceeds(tmp_path_factory, seed, layers, causal
     model = load_model(mpath)
     cert = influence_certificate(model)
     cpath = write(tmp, cert, "c.json")
-    verify_files(cpath, mpath, "flint")
+    verify(cpath, mpath, "flint")
     dy, dp = adversarial_influence(model, n, trials=6, greedy_rounds=1, seed=seed)
     bound_y, bound_p = certified(cert, n, layers)
     assert dy <= float(bound_y) and dp <= float(bound_p)
@@ -185,12 +185,12 @@ def test_mutation_every_constant_down_rejected(tmp_path):
         path = write(tmp_path, bad)
         for backend in (("flint", "mpmath") if idx % 6 == 0 else ("flint",)):
             with pytest.raises(Rejected, match=name.replace(".", r"\.")):
-                verify_files(path, mpath, backend)
+                verify(path, mpath, backend)
     for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
         bad = copy.deepcopy(cert)
         bad["claim"][key] = certificate.num(parse_number(bad["claim"][key], key) * shrink)
         with pytest.raises(Rejected, match=f"claim {key}"):
-            verify_files(write(tmp_path, bad), mpath, "flint")
+            verify(write(tmp_path, bad), mpath, "flint")
 
 
 def test_claim_and_model_edits_rejected(tmp_path):
@@ -198,41 +198,41 @@ def test_claim_and_model_edits_rejected(tmp_path):
     bad = copy.deepcopy(cert)
     bad["claim"]["n_max"] = 6  # > n_ctx
     with pytest.raises(BadInput):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["rate"] = "inverse"  # the 1/n rate is not what we prove for causal L >= 2
     with pytest.raises(BadInput, match="harmonic"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     del bad["evidence"]["constants"]["B1"]
     with pytest.raises(BadInput, match="missing"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["evidence"]["constants"]["junk"] = "1"
     with pytest.raises(BadInput, match="unused"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["evidence"]["constants"]["B1"] = "abc"
     with pytest.raises(BadInput):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["C"] = "-1"
     with pytest.raises(Rejected, match="claim C"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     for key, value in (("power", 99), ("embed_center", ["0"]), ("unembed_center", "x")):
         bad = copy.deepcopy(cert)
         bad["evidence"][key] = value
         with pytest.raises(BadInput):
-            verify_files(write(tmp_path, bad), mpath)
+            verify(write(tmp_path, bad), mpath)
     other, _, _, _ = build(tmp_path, "other", **dict(CONFIGS["L2-causal"], seed=1))
     with pytest.raises(Rejected, match="model binding"):
-        verify_files(cpath, other)
+        verify(cpath, other)
     # a certificate for a shorter range does not cover a longer one: n_max up means bigger constants
     mpath2, _, model2, cert2 = build(tmp_path, "short", **dict(CONFIGS["L2-bidir"], n_ctx=5))
     short = influence_certificate(model2, 2, 3)
     short["claim"]["n_max"] = 5
     with pytest.raises(Rejected):
-        verify_files(write(tmp_path, short), mpath2)
+        verify(write(tmp_path, short), mpath2)
 
 
 def spectral(W) -> float:
@@ -281,7 +281,7 @@ def test_corollary_verifies_and_holds(tmp_path):
     assert cert is not None and info["R"] >= 1
     path = write(tmp_path, cert, "cor.json")
     for backend in ("flint", "mpmath"):
-        ob, _ = verify_files(path, mpath, backend)
+        ob = verify(path, mpath, backend)
         assert "survives ANY change" in ob.summary
     from tcert.generator.model.forward import predictions
     rng = np.random.default_rng(0)
@@ -294,24 +294,24 @@ def test_corollary_verifies_and_holds(tmp_path):
     bad = copy.deepcopy(cert)
     bad["claim"]["corollary"]["substitutions"] = info["max_R"] + 1
     with pytest.raises(Rejected, match="cannot close the gap"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     g = parse_number(bad["claim"]["corollary"]["gap_lipschitz"], "g")
     bad["claim"]["corollary"]["gap_lipschitz"] = certificate.num(g * (1 - Fraction(1, 2 ** 20)))
     with pytest.raises(Rejected, match="gap_lipschitz"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["corollary"]["prediction"]["margin"] = "1000"
     with pytest.raises(Rejected, match="logit gap"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["corollary"]["substitutions"] = 0
     with pytest.raises(BadInput, match="substitutions"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
     bad = copy.deepcopy(cert)
     bad["claim"]["n_max"] = 8
     with pytest.raises(BadInput, match="outside"):
-        verify_files(write(tmp_path, bad), mpath)
+        verify(write(tmp_path, bad), mpath)
 
 
 def test_corollary_refuses_when_bound_too_weak(tmp_path):
@@ -353,7 +353,7 @@ def test_randmodel_families(tmp_path, arch, overrides):
     model = load_model(mpath)
     cert = influence_certificate(model)
     cpath = write(tmp_path, cert, "c.json")
-    assert verify_files(cpath, mpath, "flint")[0].summary == verify_files(cpath, mpath, "mpmath")[0].summary
+    assert verify(cpath, mpath, "flint").summary == verify(cpath, mpath, "mpmath").summary
     for n in (2, 4, 6):
         dy, dp = adversarial_influence(model, n, trials=4, greedy_rounds=1, seed=n)
         bound_y, bound_p = certified(cert, n, 2)
@@ -393,7 +393,7 @@ def test_causal_needs_the_harmonic_factor(tmp_path, attention):
     bidirectional twin stays at exactly 6/n. Both stay within their certified bounds."""
     path, model = uniform_two_layer(tmp_path, attention)
     cert = influence_certificate(model)
-    verify_files(write(tmp_path, cert, "u.json"), path)
+    verify(write(tmp_path, cert, "u.json"), path)
     scaled = []
     for n in (4, 16, 64):
         x = np.zeros((2, n), dtype=np.int64)

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.errors import Rejected
 from tcert.checker.modelfile import load_model
 from tcert.testing import CERTIFICATES
@@ -27,16 +27,18 @@ def test_there_are_shipped_certificates():
 
 @pytest.mark.parametrize("path", CERTS, ids=lambda p: p.name)
 def test_shipped_certificate_verifies(path):
-    ob, cert = verify_files(str(path), model_for(path), "flint")
+    ob = verify(str(path), model_for(path), "flint")
+    cert = ob.certificate
     assert cert["kind"] == "influence" and ob.summary
     if not path.name.startswith("maxof4"):  # the reference backend too (Max-of-4 takes a minute there)
-        ob_m, _ = verify_files(str(path), model_for(path), "mpmath")
+        ob_m = verify(str(path), model_for(path), "mpmath")
         assert ob_m.summary == ob.summary
 
 
 def test_shipped_corollary_states_the_guarantee(tmp_path):
     path = SHIPPED / "robust2.corollary.json"
-    ob, cert = verify_files(str(path), model_for(path))
+    ob = verify(str(path), model_for(path))
+    cert = ob.certificate
     assert cert["claim"]["rate"] == "harmonic" and cert["claim"]["corollary"]["substitutions"] >= 1
     assert "survives ANY change" in ob.summary
     bad = copy.deepcopy(cert)
@@ -44,7 +46,7 @@ def test_shipped_corollary_states_the_guarantee(tmp_path):
     out = tmp_path / "bad.json"
     certificate.write(str(out), bad)
     with pytest.raises(Rejected):
-        verify_files(str(out), model_for(path))
+        verify(str(out), model_for(path))
 
 
 def test_demo_section_on_maxof4(tmp_path, capsys):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tcert.checker.kinds.overwhelm import bounds as rb
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.envelope import parse_certificate_bytes
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import format_number, parse_number
@@ -62,9 +62,10 @@ def small_certs():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_shipped_certificate_verifies(backend, shipped):
-    ob, cert = verify_files(str(CERT), str(MODEL), backend)
+    ob = verify(str(CERT), str(MODEL), backend)
+    cert = ob.certificate
     assert cert["kind"] == "overwhelm" and "every permutation of 4 tokens" in ob.summary
-    names = [n for n, _ in ob.done]
+    names = [o.name for o in ob.done]
     assert "free attention mass (lp)" in names and "scores, fixed masses, value extremes (table)" in names
 
 
@@ -97,7 +98,7 @@ def test_model_binding(shipped, tmp_path):
     other = tmp_path / "other.safetensors"
     save_model(str(other), t, c)
     with pytest.raises(Rejected, match="model binding"):
-        verify_files(str(CERT), str(other))
+        verify(str(CERT), str(other))
     # the same certificate body checked against the other model's weights (binding bypassed) also fails
     with pytest.raises(Rejected):
         run_check(load_model(str(other)), cert)
@@ -303,8 +304,8 @@ def test_cli_writes_only_when_overwhelmed(shipped, tmp_path, capsys):
 def test_demo_section(tmp_path):
     from tcert.generator.overwhelm.cli import demo_section
     assert demo_section(None, str(tmp_path), "flint")
-    ob, _ = verify_files(str(tmp_path / "overwhelm.json"), str(MODEL), "mpmath")
-    assert math.isfinite(sum(s for _, s in ob.done))
+    ob = verify(str(tmp_path / "overwhelm.json"), str(MODEL), "mpmath")
+    assert math.isfinite(sum(o.seconds for o in ob.done))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tcert.checker.cli import main as check_main, verify_files
+from tcert.checker.cli import main as check_main
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import format_number, parse_number
 from tcert.checker.forward import last_logits
@@ -311,7 +312,8 @@ def test_shipped_real_block_certificates(tmp_path):
         shipped = CERTIFICATES / "overwhelm" / name
         assert (tmp_path / name).read_bytes() == shipped.read_bytes(), name
         for backend in BACKENDS:
-            ob, cert = verify_files(str(shipped), str(SHIPPED_MODEL), backend)
+            ob = verify(str(shipped), str(SHIPPED_MODEL), backend)
+            cert = ob.certificate
             assert "final LN sigma in" in ob.summary
         assert exhaustive_confirms(model, prefix, query, kind, n_free, multiset, cert["claim"]["predicted"])[0]
 

@@ -171,7 +171,7 @@ def test_cli_tight_on_shipped_model(tmp_path, capsys):
     with both backends (the shipped example needs the LP; tight certifies it too)."""
     import json
 
-    from tcert.checker.cli import verify_files
+    from tcert.checker.verify import verify
     from tcert.testing import CERTIFICATES
     from tcert.generator.cli import main as tcert
     ship = CERTIFICATES / "overwhelm"
@@ -184,5 +184,6 @@ def test_cli_tight_on_shipped_model(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["verdict"] == "Overwhelmed" and report["predicted"] == claim["predicted"]
     for b in BACKENDS:
-        ob, cert = verify_files(str(out), str(ship / "neox1l_tiny.safetensors"), b)
+        ob = verify(str(out), str(ship / "neox1l_tiny.safetensors"), b)
+        cert = ob.certificate
         assert cert["evidence"]["method"] == "tight" and "tight" in ob.summary

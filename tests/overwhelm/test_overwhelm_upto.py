@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.overwhelm import bounds as ob_bounds
@@ -165,7 +165,8 @@ def test_cli_upto(tmp_path, capsys):
     assert tcert(base + ["--method", "tight", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["failing"] == []
     for b in BACKENDS:
-        ob, cert = verify_files(str(out), str(path), b)
+        ob = verify(str(out), str(path), b)
+        cert = ob.certificate
         assert cert["claim"]["free"] == {"kind": "upto", "length": N}
     assert tcert(["overwhelm", "--model", str(path), "--query-id", "2", "--free", "upto:40", "--out",
                   str(out)]) == 2

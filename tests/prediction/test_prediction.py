@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tcert.checker import cli
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import format_number
 from tcert.checker.forward import Weights, last_logits
@@ -110,14 +111,15 @@ def test_enclosure_detects_a_wrong_semantics(models):
 
 @pytest.mark.parametrize("name", sorted(ARCHS))
 def test_prediction_verifies_both_backends(models, name, tmp_path):
-    """A generated certificate is VERIFIED by verify_files with both backends, which agree."""
+    """A generated certificate is VERIFIED by verify with both backends, which agree."""
     model = models[name]
     path, cert, p = certify(model, str(tmp_path), sample_tokens(model, 7))
     certified = {}
     for backend in BACKENDS:
-        ob, got = cli.verify_files(path, model.path, backend)
+        ob = verify(path, model.path, backend)
+        got = ob.certificate
         assert got["kind"] == "prediction" and f"next token is {p['predicted']}" in ob.summary
-        assert [n for n, _ in ob.done] == ["claim: rigorous forward pass"]
+        assert [o.name for o in ob.done] == ["claim: rigorous forward pass"]
         certified[backend] = check_claim(make_backend(backend), model, cert["claim"], Obligations())
     # Both certified margins are within float error of the float gap and above the claim.
     margin = Fraction(float.fromhex(cert["claim"]["margin"]))
@@ -161,7 +163,7 @@ def test_tcert_predict_command(models, tmp_path, capsys):
 def verdict(path, model_path, backend="flint"):
     """'VERIFIED', or the Rejected obligation name; BadInput propagates."""
     try:
-        cli.verify_files(path, model_path, backend)
+        verify(path, model_path, backend)
         return "VERIFIED"
     except Rejected as e:
         return e.obligation
@@ -243,7 +245,7 @@ def test_model_one_byte_different(models, tmp_path, capsys):
         other.write_bytes(bytes(flipped))
         assert load_model(str(other)).sha256 != model.sha256
         with pytest.raises(Rejected) as e:
-            cli.verify_files(path, str(other))
+            verify(path, str(other))
         assert e.value.obligation == "model binding"
         code, line = run_cli(capsys, path, str(other))
         assert code == 1 and line.startswith("REJECTED: model binding: ")
@@ -297,7 +299,7 @@ def test_form_errors_exit_2(models, tmp_path, capsys, case):
     FORM_ERRORS[case](edited)
     path = write_cert(str(tmp_path), edited, "bad")
     with pytest.raises(BadInput):
-        cli.verify_files(path, model.path)
+        verify(path, model.path)
     code, line = run_cli(capsys, path, model.path)
     assert code == 2 and line.startswith("ERROR: "), line
 

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.envelope import load_certificate
 from tcert.checker.modelfile import load_model
 from tcert.testing import CERTIFICATES
@@ -92,7 +92,7 @@ def test_same_inputs_same_bytes(models, tmp_path, capsys, kind, variant):
     capsys.readouterr()
     assert outs[0] == outs[1] == first.encode("utf-8")
     assert first != "null\n"
-    verify_files(str(tmp_path / "0.json"), path, "flint")
+    verify(str(tmp_path / "0.json"), path, "flint")
 
 
 def test_influence_generator_backend_independent(models):
@@ -127,6 +127,6 @@ def test_shipped_certificate_verifies_with_both_backends(path):
     sha = load_certificate(str(path))["model_sha256"]
     models = model_by_sha()
     assert sha in models, f"{path}: no model with SHA-256 {sha} under certificates/"
-    ob_f, _ = verify_files(str(path), models[sha], "flint")
-    ob_m, _ = verify_files(str(path), models[sha], "mpmath")
+    ob_f = verify(str(path), models[sha], "flint")
+    ob_m = verify(str(path), models[sha], "mpmath")
     assert ob_f.summary == ob_m.summary

@@ -12,7 +12,7 @@ Moves (`mutants`):
   strings   claim strings replaced by the other values the schema allows (and one it does not)
   envelope  kind -> every other kind, version -> 2, model_sha256 -> another model's digest
 
-Classification of a mutant after `verify_files`: "rejected" (Rejected or BadInput), "internal" (any
+Classification of a mutant after `verify`: "rejected" (Rejected or BadInput), "internal" (any
 other exception: a robustness bug, never VERIFIED), or accepted. An accepted mutant whose claim equals
 the original's is "accepted-true" (only evidence changed; the original claim was verified and is
 checked by the kind's own oracle tests). An accepted mutant with a changed claim is judged by a
@@ -35,7 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tcert.checker.cli import verify_files
+from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import format_number, parse_number
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
@@ -191,12 +191,12 @@ def mutants(cert: dict, other_sha: str | None = None):
 # --- running and classifying -------------------------------------------------------------------
 
 def run_checker(cert: dict, model_path: str, backend: str = "flint", workdir: str | None = None):
-    """Write `cert`, run checker.cli.verify_files; return ("verified" | "rejected" | "internal", detail)."""
+    """Write `cert`, run tcert.checker.verify.verify; return ("verified" | "rejected" | "internal", detail)."""
     fd, path = tempfile.mkstemp(suffix=".json", dir=workdir)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(cert, sort_keys=True))
     try:
-        ob, _ = verify_files(path, model_path, backend)
+        ob = verify(path, model_path, backend)
         return "verified", ob.summary
     except (Rejected, BadInput) as e:
         return "rejected", str(e)

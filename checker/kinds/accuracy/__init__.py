@@ -24,7 +24,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_int, parse_number, parse_vector
 from tcert.checker.kinds.accuracy.tables import centred_upper, deflated_scores, exact_scores, interval_mul, mul_upper, prefix_max, rank1_scores, rank2_scores, require_maxofk, value_bounds, value_tables
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 
 MAX_BRUTE_INPUTS = 1 << 26
 MAX_EU_GROUPS = 32

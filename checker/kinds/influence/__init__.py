@@ -29,7 +29,7 @@ import numpy as np
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import parse_int, parse_number, parse_vector
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
 

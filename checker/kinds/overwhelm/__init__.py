@@ -24,7 +24,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_int, parse_number
 from tcert.checker.forward import Weights
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 from tcert.checker.kinds.overwhelm.tight import check_tight
 from tcert.checker.kinds.prediction import check_claim, parse_claim as parse_prediction
 

@@ -32,7 +32,7 @@ import numpy as np
 from tcert.checker.envelope import fields
 from tcert.checker.errors import Rejected
 from tcert.checker.numbers import parse_number, parse_vector
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 
 
 def parse(raw, cfg) -> dict:

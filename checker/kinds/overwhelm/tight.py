@@ -37,7 +37,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_int, parse_number
 from tcert.checker.forward import Weights, layer_norm, mlp
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 
 
 def parse_head_bounds(e, where: str, cfg, perm: bool, n_free: int):

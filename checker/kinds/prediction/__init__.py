@@ -13,7 +13,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import parse_int, parse_number
 from tcert.checker.forward import Weights, last_logits
-from tcert.checker.obligations import show
+from tcert.checker.numbers import show
 
 
 def parse_claim(claim: dict, cfg, where: str = "claim"):

@@ -1,0 +1,45 @@
+"""The checker's one entry point: `verify(certificate, model, backend)`.
+
+The CLI, the tests, the benchmarks and the generator's self-checks all call it. A certificate given as
+a dict goes through exactly the reader a file does (it is serialised and parsed again), so an
+in-memory check can never be more lenient than `tcert-check`.
+"""
+
+import json
+
+from tcert.checker import envelope
+from tcert.checker.errors import BadInput, Rejected
+from tcert.checker.interval import DEFAULT_PREC, Backend, make_backend
+from tcert.checker.kinds import checker_for
+from tcert.checker.modelfile import Model, load_model
+from tcert.checker.obligations import Obligations
+
+
+def read_certificate(certificate) -> dict:
+    """A certificate path, or an already-built dict, parsed and envelope-checked (BadInput on defects)."""
+    if isinstance(certificate, dict):
+        try:
+            data = json.dumps(certificate, allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise BadInput(f"certificate: not serialisable as JSON ({e})") from None
+        return envelope.parse_certificate_bytes(data)
+    return envelope.load_certificate(str(certificate))
+
+
+def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC) -> Obligations:
+    """Check `certificate` (a path or dict) against `model` (a path or a loaded Model) with `backend` (a
+    name or a Backend; `prec` applies to names only).
+
+    Returns the Obligations record (every obligation held; `.summary`, `.kind`, `.certificate`);
+    raises Rejected (an obligation failed, or another model) or BadInput (unusable input)."""
+    cert = read_certificate(certificate)
+    check = checker_for(cert["kind"])
+    model = model if isinstance(model, Model) else load_model(str(model))
+    if model.sha256 != cert["model_sha256"]:
+        raise Rejected("model binding", f"model file SHA-256 {model.sha256[:16]}... is not the certified "
+                                        f"{cert['model_sha256'][:16]}...")
+    B = backend if isinstance(backend, Backend) else make_backend(backend, prec)
+    ob = Obligations()
+    ob.kind, ob.certificate = cert["kind"], cert
+    check(model, cert["claim"], cert["evidence"], B, ob)
+    return ob
