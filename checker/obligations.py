@@ -31,16 +31,25 @@ class Obligations:
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict]:
-        """Time the block as obligation `name` and yield the dict of figures it certifies; a Rejected
-        inside it propagates unchanged (the obligation is then not recorded)."""
+        """Time the block as obligation `name` and yield the dict of figures it certifies. A Rejected raised
+        inside without an obligation name (`Rejected("", detail)`, or `require(holds, detail)`) is given
+        this step's name, so an obligation's step name and its rejection name cannot differ."""
         figures = {}
         start = time.perf_counter()
-        yield figures
+        try:
+            yield figures
+        except Rejected as e:
+            if not e.obligation:
+                e.obligation = name
+                e.args = (f"{name}: {e.detail}",)
+            raise
         self.done.append(Obligation(name, time.perf_counter() - start, figures))
 
-    def require(self, holds: bool, name: str, detail: str):
-        """Reject with `name: detail` unless `holds`."""
+    def require(self, holds: bool, *name_and_detail: str):
+        """Reject unless `holds`: `require(holds, detail)` inside a step names the step's obligation;
+        `require(holds, name, detail)` names one explicitly."""
         if not holds:
+            name, detail = name_and_detail if len(name_and_detail) == 2 else ("", name_and_detail[0])
             raise Rejected(name, detail)
 
     def figure(self, key: str):
