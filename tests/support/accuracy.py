@@ -5,7 +5,6 @@ from fractions import Fraction
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.accuracy.tables import integer_tables
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
 from tcert.checker.modelfile import load_model
 from tcert.generator.model.files import save_model
 import hashlib
