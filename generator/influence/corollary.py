@@ -51,7 +51,8 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
     R = best if substitutions is None else substitutions
     if R < 1 or R > best:
         why = (f"one substitution may move the logit gap by up to {info['per_change']:.4g} >= margin "
-               f"{float(margin):.4g}" if best == 0 else f"R = {R} is not certifiable; the largest certifiable R is {best}")
+               f"{float(margin):.4g}" if best == 0 else
+               f"R = {R} is not certifiable; the largest certifiable R is {best}")
         return None, dict(info, reason=why)
     claim["corollary"] = {"prediction": pclaim, "substitutions": R, "gap_lipschitz": certificate.num(float(G))}
     info["R"] = R

@@ -84,12 +84,12 @@ def act_lipschitz(B, act_fn: str) -> Fraction:
 def mlp(B, ld, model, layer, U, lip_ln, power) -> tuple:
     """(output-norm bound, radius about b_out, Lipschitz constant) of block `layer`'s MLP on LN outputs of
     norm <= U from an LN with Lipschitz constant lip_ln."""
-    t, p, q = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
-    s_in = ld.const(q + "W_in", lambda: operator_norm(B, [t[p + "W_in"]], power))
-    s_out = ld.const(q + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
-    radius = ld.const(q + "radius", lambda: s_out * (s_in * U + vector_norm(B, t[p + "b_in"])))
-    out = ld.const(q + "out", lambda: radius + vector_norm(B, t[p + "b_out"]))
-    lip = ld.const(q + "lip", lambda: s_out * act_lipschitz(B, model.config.act_fn) * s_in * lip_ln)
+    t, p, name = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
+    s_in = ld.const(name + "W_in", lambda: operator_norm(B, [t[p + "W_in"]], power))
+    s_out = ld.const(name + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
+    radius = ld.const(name + "radius", lambda: s_out * (s_in * U + vector_norm(B, t[p + "b_in"])))
+    out = ld.const(name + "out", lambda: radius + vector_norm(B, t[p + "b_out"]))
+    lip = ld.const(name + "lip", lambda: s_out * act_lipschitz(B, model.config.act_fn) * s_in * lip_ln)
     return out, radius, lip
 
 
@@ -103,19 +103,19 @@ class Head(NamedTuple):
     k_key: Fraction
 
 
-def qk_bounds(B, ld, w, q, U, s_q, s_k, power, rotary: bool) -> tuple:
+def qk_bounds(B, ld, w, name, U, s_q, s_k, power, rotary: bool) -> tuple:
     """Steps 2 and 3 before the score scale: (bound of |q.k|, query-change factor, key-change factor) of the
-    head with weights w and constant prefix q, on LN outputs of norm <= U, given ||W_Q|| <= s_q and
+    head with weights w and constant-name prefix `name`, on LN outputs of norm <= U, given ||W_Q|| <= s_q and
     ||W_K|| <= s_k. The norm-product forms hold for any positions; without rotary embeddings the score is
     bilinear in (u, u') through the QK circuit W_Q W_K^T (learned positions or none), and the smaller
     form is used."""
-    query = ld.const(q + "query", lambda: s_q * U + vector_norm(B, w["b_Q"]))
-    key = ld.const(q + "key", lambda: s_k * U + vector_norm(B, w["b_K"]))
+    query = ld.const(name + "query", lambda: s_q * U + vector_norm(B, w["b_Q"]))
+    key = ld.const(name + "key", lambda: s_k * U + vector_norm(B, w["b_K"]))
     score, per_query, per_key = query * key, s_q * key, query * s_k
     if not rotary:
-        qk = ld.const(q + "QK", lambda: operator_norm(B, [w["W_Q"], w["W_K"].T], power))
-        w_k_b_q = ld.const(q + "W_K.b_Q", lambda: product_norm(B, w["b_Q"], w["W_K"].T))
-        w_q_b_k = ld.const(q + "W_Q.b_K", lambda: product_norm(B, w["b_K"], w["W_Q"].T))
+        qk = ld.const(name + "QK", lambda: operator_norm(B, [w["W_Q"], w["W_K"].T], power))
+        w_k_b_q = ld.const(name + "W_K.b_Q", lambda: product_norm(B, w["b_Q"], w["W_K"].T))
+        w_q_b_k = ld.const(name + "W_Q.b_K", lambda: product_norm(B, w["b_K"], w["W_Q"].T))
         score = min(score, qk * U * U + (w_k_b_q + w_q_b_k) * U + abs_dot(B, w["b_Q"], w["b_K"]))
         per_query, per_key = min(per_query, qk * U + w_q_b_k), min(per_key, qk * U + w_k_b_q)
     return score, per_query, per_key
@@ -127,16 +127,16 @@ def head(B, ld, model, layer, h, U, lip_ln, n_max, power) -> Head:
     cfg, t, p = model.config, model.tensors, f"blocks.{layer}.attn."
     scale = Fraction(cfg.attn_scale) if cfg.attn_scale is not None else B.lower(B.sqrt(B.num(Fraction(cfg.d_head))))
     w = {m: t[p + m][h] for m in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
-    q = f"L{layer}.h{h}."
-    s_q = ld.const(q + "W_Q", lambda: operator_norm(B, [w["W_Q"]], power))
-    s_k = ld.const(q + "W_K", lambda: operator_norm(B, [w["W_K"]], power))
-    ov = ld.const(q + "OV", lambda: operator_norm(B, [w["W_V"], w["W_O"]], power))
-    b_vo = ld.const(q + "b_VO", lambda: product_norm(B, w["b_V"], w["W_O"]))
-    score, per_query, per_key = qk_bounds(B, ld, w, q, U, s_q, s_k, power, cfg.rotary)
-    A = ld.const(q + "A", lambda: score / scale)
-    kappa = ld.const(q + "kappa", lambda: B.upper(n_max / (1 + (n_max - 1) * B.exp(B.num(-2 * A)))))
-    k_query = ld.const(q + "K_query", lambda: lip_ln * per_query / scale)
-    k_key = ld.const(q + "K_key", lambda: lip_ln * per_key / scale)
+    name = f"L{layer}.h{h}."
+    s_q = ld.const(name + "W_Q", lambda: operator_norm(B, [w["W_Q"]], power))
+    s_k = ld.const(name + "W_K", lambda: operator_norm(B, [w["W_K"]], power))
+    ov = ld.const(name + "OV", lambda: operator_norm(B, [w["W_V"], w["W_O"]], power))
+    b_vo = ld.const(name + "b_VO", lambda: product_norm(B, w["b_V"], w["W_O"]))
+    score, per_query, per_key = qk_bounds(B, ld, w, name, U, s_q, s_k, power, cfg.rotary)
+    A = ld.const(name + "A", lambda: score / scale)
+    kappa = ld.const(name + "kappa", lambda: B.upper(n_max / (1 + (n_max - 1) * B.exp(B.num(-2 * A)))))
+    k_query = ld.const(name + "K_query", lambda: lip_ln * per_query / scale)
+    k_key = ld.const(name + "K_key", lambda: lip_ln * per_key / scale)
     return Head(ov, b_vo, kappa, k_query, k_key)
 
 
