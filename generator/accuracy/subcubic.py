@@ -161,11 +161,11 @@ def value_bounds(T, groups=None):
     EU, EVOU, PVOU = T["EU"], T["EVOU"], T["PVOU"]
     Pn = (PVOU[: n - 1, None, :] - PVOU[: n - 1, :, None]).max(axis=0)     # (m, x)
     G = EVOU - np.diag(EVOU)[:, None] + Pn                                 # (m, x)
-    Tm = centred_tm(EU, G, np.arange(EU.shape[0]))
+    Tm = mean_diff_tm(EU, G, np.arange(EU.shape[0]))
     if groups is not None:
         for g in np.unique(groups):
             rows = np.nonzero(groups == g)[0]
-            Tm[rows] = np.minimum(Tm[rows], centred_tm(EU, G, rows))
+            Tm[rows] = np.minimum(Tm[rows], mean_diff_tm(EU, G, rows))
     F = EU + EVOU + PVOU[n - 1][None, :]
     Tq = max_excluding(F) - F
     EUp = max_excluding(EU) - EU                                                # (q, m)
@@ -174,7 +174,7 @@ def value_bounds(T, groups=None):
     return Tm, Tq, EUp, Rpre
 
 
-def centred_tm(EU, G, rows):
+def mean_diff_tm(EU, G, rows):
     """Mean+diff bound of Tm for the query rows `rows` with their mean row as the centre:
     max_{x != m} (EU[q,x] + G[m,x]) <= max_{x != m} (mu[x] + G[m,x]) + max_x (EU[q,x] - mu[x])."""
     mu = EU[rows].mean(axis=0)
