@@ -41,5 +41,6 @@ def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC) -> Obl
     B = backend if isinstance(backend, Backend) else make_backend(backend, prec)
     ob = Obligations()
     ob.kind, ob.certificate = cert["kind"], cert
-    check(model, cert["claim"], cert["evidence"], B, ob)
+    with B.precision():     # every operation of the check at B's precision (see interval.py)
+        check(model, cert["claim"], cert["evidence"], B, ob)
     return ob

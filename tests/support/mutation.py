@@ -39,7 +39,8 @@ from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import format_number, parse_number
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
-from tcert.checker.interval import MpmathBackend, make_backend
+from tcert.checker.interval import make_backend
+from tcert.checker.mpmath_backend import MpmathBackend
 from tcert.checker.kinds.influence import rate as influence_rate
 
 KINDS = ("prediction", "overwhelm", "accuracy", "influence")
