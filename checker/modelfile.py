@@ -81,13 +81,6 @@ class Config:
     def has_ln(self) -> bool:
         return self.normalization_type == "LN"
 
-    def to_json(self) -> dict:
-        """The config as the JSON object stored in a model file's metadata."""
-        out = {}
-        for key, value in self.__dict__.items():
-            out[key] = str(value) if isinstance(value, Fraction) else value
-        return out
-
 
 @dataclass
 class Model:

@@ -18,7 +18,6 @@ import pytest
 from tcert.checker.errors import Rejected
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
-from tcert.checker.modelfile import load_model
 from tcert.checker.verify import verify
 from tcert.generator import certificate
 from tcert.generator.prediction import prediction_certificate
@@ -33,7 +32,6 @@ import json, sys
 from tcert.checker.errors import Rejected
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import make_backend
-from tcert.checker.modelfile import load_model
 from tcert.checker.verify import verify
 from tcert.checker.errors import Rejected
 name, prec, model_path, cert_path, tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5])

@@ -8,7 +8,7 @@ from tcert.checker.interval import make_backend
 from tcert.checker.kinds import influence as infl
 from tcert.checker.kinds.overwhelm import final_ln as final_ln
 from tcert.checker.modelfile import load_model
-from tcert.checker.numbers import format_number
+from tcert.generator.certificate import format_number
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
 from tcert.testing.overwhelm import tiny_neox1l

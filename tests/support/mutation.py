@@ -37,7 +37,8 @@ import numpy as np
 
 from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.numbers import format_number, parse_number
+from tcert.checker.numbers import parse_number
+from tcert.generator.certificate import format_number
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.interval import make_backend
 from tcert.checker.mpmath_backend import MpmathBackend
