@@ -32,8 +32,8 @@ import json, sys
 from tcert.checker.errors import Rejected
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import make_backend
+from tcert.checker.modelfile import load_model
 from tcert.checker.verify import verify
-from tcert.checker.errors import Rejected
 name, prec, model_path, cert_path, tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
 B, model = make_backend(name, prec), load_model(model_path)
 with B.precision():
