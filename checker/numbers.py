@@ -26,7 +26,7 @@ def parse_number(text, where: str) -> Fraction:
         raise BadInput(f"{where}: expected an exact number, got a boolean")
     if isinstance(text, int):
         if abs(text).bit_length() > MAX_DIGITS * 4:
-            raise BadInput(f"{where}: integer too large")
+            raise BadInput(f"{where}: integer {show(text)} too large (more than {MAX_DIGITS * 4} bits)")
         return Fraction(text)
     if not isinstance(text, str):
         raise BadInput(f"{where}: expected an exact number as a string (hex float or p/q), got {type(text).__name__}")
@@ -38,13 +38,13 @@ def parse_number(text, where: str) -> Fraction:
     if m:
         den = int(m.group(2))
         if den == 0:
-            raise BadInput(f"{where}: zero denominator in {text!r}")
+            raise BadInput(f"{where}: zero denominator in {text[:40]!r}")
         return Fraction(int(m.group(1)), den)
     m = _HEX.match(text)
     if m:
         sign, whole, frac, exp = m.group(1), m.group(2), m.group(3) or "", int(m.group(4))
         if abs(exp) > MAX_BINARY_EXPONENT:
-            raise BadInput(f"{where}: binary exponent {exp} out of range")
+            raise BadInput(f"{where}: binary exponent {show(exp)} outside [-{MAX_BINARY_EXPONENT}, {MAX_BINARY_EXPONENT}]")
         value = Fraction(int(whole + frac, 16), 16 ** len(frac)) * Fraction(2) ** exp
         return -value if sign == "-" else value
     raise BadInput(f"{where}: {text[:40]!r} is not an exact number (want integer, p/q or hex float)")
@@ -55,7 +55,7 @@ def parse_int(value, where: str, lo: int | None = None, hi: int | None = None) -
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(f"{where}: expected an integer")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise BadInput(f"{where}: {value} outside [{lo}, {hi}]")
+        raise BadInput(f"{where}: {show(value)} outside [{show(lo)}, {show(hi)}]")
     return value
 
 
@@ -69,13 +69,17 @@ def parse_vector(value, where: str, length: int, length_name: str) -> list:
 
 def show(q) -> str:
     """A short decimal for a number in a message, never used to decide and never raising: Fractions and
-    ints of any size (beyond float range as an order of magnitude, e.g. "-~1.2e+5000"), floats, or None."""
+    ints of any size (integers below 10^15 exactly, other numbers to 9 significant digits, beyond float
+    range as an order of magnitude, e.g. "-~1.2e+5000"), floats, or None; anything else as <= 40
+    characters of its text."""
     if q is None:
         return "none"
     try:
         q = Fraction(q)
     except (TypeError, ValueError, OverflowError):
         return str(q)[:40]
+    if q.denominator == 1 and abs(q.numerator) < 10 ** 15:
+        return str(q.numerator)     # an integer (a count, an index, a size) exactly
     try:
         if float(q) != 0 or q == 0:
             return f"{float(q):.9g}"
