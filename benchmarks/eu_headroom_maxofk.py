@@ -14,12 +14,10 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import tcert.generator.accuracy.subcubic as ms  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
-from tcert.generator.accuracy.strategies import float_tables  # noqa: E402
+import tcert.generator.accuracy.subcubic as ms
+from tcert.checker.modelfile import load_model
+from tcert.generator.accuracy.strategies import float_tables
+from tcert.testing import ROOT
 
 mean_diff = ms.value_bounds
 

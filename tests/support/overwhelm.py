@@ -193,13 +193,11 @@ def exhaustive_confirms(model, prefix, query, kind, n_free, multiset, k):
 
 
 def verdict(model, cert, backend):
-    """'VERIFIED' or 'REJECTED: ...' from the overwhelm kind's check on an in-memory model."""
+    """'VERIFIED' or 'REJECTED: ...' from verify() of an in-memory certificate on a loaded model."""
     from tcert.checker.errors import BadInput, Rejected
-    from tcert.checker.interval import make_backend
-    from tcert.checker.kinds.overwhelm import check
-    from tcert.checker.obligations import Obligations
+    from tcert.checker.verify import verify
     try:
-        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
+        verify(cert, model, backend)
         return "VERIFIED"
     except (Rejected, BadInput) as e:
         return f"REJECTED: {e}"
