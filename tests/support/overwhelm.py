@@ -193,9 +193,19 @@ def exhaustive_confirms(model, prefix, query, kind, n_free, multiset, k):
 
 
 def verdict(model, cert, backend):
-    """'VERIFIED' or 'REJECTED: ...' from verify() of an in-memory certificate on a loaded model."""
+    """'VERIFIED' or 'REJECTED: ...' from verify() of an in-memory certificate on an in-memory model. A model
+    built without a file (sha256 "") and its certificate are bound to a digest of its tensors first."""
+    import dataclasses
+    import hashlib
     from tcert.checker.errors import BadInput, Rejected
     from tcert.checker.verify import verify
+    if not model.sha256:
+        digest = hashlib.sha256()
+        for name in sorted(model.tensors):
+            digest.update(name.encode() + b"\0" + model.tensors[name].dtype.str.encode()
+                          + repr(model.tensors[name].shape).encode() + model.tensors[name].tobytes())
+        model = dataclasses.replace(model, sha256=digest.hexdigest())
+        cert = dict(cert, model_sha256=model.sha256)
     try:
         verify(cert, model, backend)
         return "VERIFIED"
