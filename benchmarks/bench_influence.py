@@ -18,7 +18,7 @@ from tcert.checker.numbers import parse_number
 from tcert.checker.kinds.influence import rate
 from tcert.checker.modelfile import load_model
 from tcert.generator import certificate
-from tcert.generator.influence.constants import adversarial_influence, influence_certificate
+from tcert.generator.influence import adversarial_influence, influence_certificate
 from tcert.generator.model.files import save_model
 from tcert.testing import ROOT
 
@@ -45,7 +45,7 @@ def random_preln(tmp, layers, attention, seed=0):
 
 def robust(tmp, layers, attention):
     """The small-attention toy model of the corollary tests, where the C r(n) term (not C_abs) binds."""
-    from tcert.generator.influence.constants import robust_toy_model
+    from tcert.generator.influence import robust_toy_model
     path = os.path.join(tmp, f"robust_{layers}_{attention}.safetensors")
     save_model(path, *robust_toy_model(layers, n_ctx=64, attention=attention))
     return path
