@@ -798,3 +798,19 @@ def _captured_values(case, ob) -> dict:
         except KeyError:
             out[key] = captured[key]
     return out
+
+
+def unsafe_claim_move(kind: str, m) -> bool:
+    """Whether a claim mutant strengthens the claim (the moves that must mostly be rejected)."""
+    if not m.claim_changed or m.family != "numeric":
+        return False
+    up, down = m.move.startswith(("ulp+", "rel+", "int+")), m.move.startswith(("ulp-", "rel-", "int-", "sign"))
+    leaf = m.where[-1]
+    if kind == "prediction":
+        return (leaf == "margin" and up) or leaf == "predicted"
+    if kind == "accuracy":
+        return leaf == "correct_at_least" and up
+    if kind == "influence":
+        return (leaf in ("C", "C_prob", "C_abs", "C_prob_abs") and down) or (leaf == "n_max" and up) \
+            or (leaf == "n_min" and down) or (leaf == "substitutions" and up) or (leaf == "margin" and up)
+    return True     # overwhelm: every claim edit (prefix, query, token, free set) changes the statement
