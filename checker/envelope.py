@@ -7,9 +7,15 @@ Envelope (all fields required unless noted):
     model_sha256  64 lowercase hex digits: the SHA-256 of the model file's bytes
     claim         object: the full statement being certified (kind-specific)
     evidence      object: hints the checker confirms (kind-specific)
-    generator     object, optional: informational only, never read by any rule
+    statement     string, optional: the claim in words; must equal the checker's own text for the claim
+                  (tcert.checker.statement, obligation "statement: the claim in words")
+    model         object, optional: informational only (file name, architecture, parameter count,
+                  provenance), never read by any rule
+    generator     object, optional: informational only (tool, version, command line, float facts), never
+                  read by any rule
 
-JSON floats are refused everywhere except inside `generator`: exact numbers are strings.
+JSON floats are refused everywhere except inside the informational `model` and `generator`: exact numbers
+are strings.
 """
 
 import json
@@ -25,6 +31,8 @@ MAX_DEPTH = 32
 MAX_ARRAY = 50_000_000
 _SHA = re.compile(r"[0-9a-f]{64}\Z")
 ENVELOPE_KEYS = {"format", "version", "kind", "model_sha256", "claim", "evidence"}
+OPTIONAL_KEYS = {"statement", "model", "generator"}
+MAX_STATEMENT = 1 << 20
 
 
 class _Float:
@@ -95,8 +103,8 @@ def _json_object(data: bytes) -> dict:
 
 
 def _check_envelope(doc: dict) -> None:
-    """The envelope fields: exactly the required ones (plus `generator`), each of its type and value."""
-    fields(doc, "certificate", ENVELOPE_KEYS, {"generator"})
+    """The envelope fields: exactly the required ones (plus the optional ones), each of its type and value."""
+    fields(doc, "certificate", ENVELOPE_KEYS, OPTIONAL_KEYS)
     if doc["format"] != FORMAT:
         raise BadInput(f"certificate: format is not {FORMAT!r}")
     version = doc["version"]
@@ -111,8 +119,11 @@ def _check_envelope(doc: dict) -> None:
         if not isinstance(doc[key], dict):
             raise BadInput(f"certificate: {key} must be an object")
         _check_tree(doc[key], key, 1, allow_float=False)
-    if "generator" in doc and not isinstance(doc["generator"], dict):
-        raise BadInput("certificate: generator must be an object")
+    for key in ("model", "generator"):
+        if key in doc and not isinstance(doc[key], dict):
+            raise BadInput(f"certificate: {key} must be an object")
+    if "statement" in doc and not (isinstance(doc["statement"], str) and len(doc["statement"]) <= MAX_STATEMENT):
+        raise BadInput(f"certificate: statement must be a string of at most {MAX_STATEMENT} characters")
 
 
 def load_certificate(path: str) -> dict:

@@ -28,6 +28,8 @@ class Obligations:
         self.summary = ""       # set by the kind's check when every obligation held
         self.kind = ""          # set by verify
         self.certificate = {}   # the parsed certificate, set by verify
+        self.statement = ""     # the claim in words, as the checker writes it (tcert.checker.statement)
+        self.running = ""       # the obligation being checked now (read by tcert-check's progress line)
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict]:
@@ -35,6 +37,7 @@ class Obligations:
         inside without an obligation name (`Rejected("", detail)`, or `require(holds, detail)`) is given
         this step's name, so an obligation's step name and its rejection name cannot differ."""
         figures = {}
+        self.running = name
         start = time.perf_counter()
         try:
             yield figures

@@ -13,6 +13,7 @@ from tcert.checker.interval import DEFAULT_PREC, Backend, make_backend
 from tcert.checker.kinds import checker_for
 from tcert.checker.modelfile import Model, load_model
 from tcert.checker.obligations import Obligations
+from tcert.checker.statement import check_statement
 
 
 def read_certificate(certificate) -> dict:
@@ -31,7 +32,8 @@ def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC,
     """Check `certificate` (a path or dict) against `model` (a path or a loaded Model) with `backend` (a
     name or a Backend; `prec` applies to names only).
 
-    Returns the Obligations record (every obligation held; `.summary`, `.kind`, `.certificate`);
+    Returns the Obligations record (every obligation held; `.summary`, `.kind`, `.certificate`, `.statement`:
+    the claim in words, which the certificate's own `statement` must equal);
     raises Rejected (an obligation failed, or another model) or BadInput (unusable input). Pass your own
     `obligations` to keep the record of the obligations that held before a rejection (benchmarks)."""
     cert = read_certificate(certificate)
@@ -45,4 +47,5 @@ def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC,
     ob.kind, ob.certificate = cert["kind"], cert
     with B.precision():     # every operation of the check at B's precision (see interval.py)
         check(model, cert["claim"], cert["evidence"], B, ob)
+    check_statement(cert, model, ob)    # after the kind: its parse has validated the claim
     return ob

@@ -1,12 +1,33 @@
-"""Write certificates: the envelope, exact numbers, deterministic bytes."""
+"""Write certificates: the envelope, exact numbers, deterministic bytes.
+
+Every certificate carries, beside the claim and evidence the checker verifies, its `statement` (the claim
+in words, written by the checker's own `tcert.checker.statement`, which re-derives and compares it) and
+two informational sections no rule reads: `model` (file name, architecture, parameter count, provenance)
+and `generator` (tool, version, the `tcert` command line that wrote it when it came from the CLI, float
+facts). Nothing depends on the clock or the machine: same inputs, same bytes.
+"""
 
 import json
+from contextlib import contextmanager
 from fractions import Fraction
 
+from tcert.audit.describe import model_info
 from tcert.checker.envelope import FORMAT, VERSION
+from tcert.checker.statement import statement_for
 
 GENERATOR_NAME = "tcert"
-GENERATOR_VERSION = "0.1.0"
+GENERATOR_VERSION = "0.1.0"     # = pyproject.toml's version (tests/checker/test_statement.py)
+_command = []                   # argv of the running `tcert` command (recording_command); [] in-process
+
+
+@contextmanager
+def recording_command(argv: list):
+    """While the block runs, certificates record `argv` (e.g. ["tcert", "predict", ...]) as generator.command."""
+    _command.append(list(argv))
+    try:
+        yield
+    finally:
+        _command.pop()
 
 
 def format_number(value) -> str:
@@ -36,12 +57,15 @@ def num(x) -> str:
 
 
 def envelope(kind: str, model, claim: dict, evidence: dict, info: dict | None = None) -> dict:
-    """The certificate object for `claim` about `model` with `evidence`."""
+    """The certificate object for `claim` about `model` with `evidence` (`info`: float facts for `generator`)."""
     gen = {"name": GENERATOR_NAME, "version": GENERATOR_VERSION}
+    if _command:
+        gen["command"] = _command[-1]
     if info:
         gen.update(info)
     return {"format": FORMAT, "version": VERSION, "kind": kind, "model_sha256": model.sha256,
-            "claim": claim, "evidence": evidence, "generator": gen}
+            "statement": statement_for(kind, claim, model), "claim": claim, "evidence": evidence,
+            "model": model_info(model), "generator": gen}
 
 
 def dumps(cert: dict) -> str:

@@ -10,6 +10,10 @@ import importlib.util
 import sys
 
 from tcert.checker.errors import BadInput
+from tcert.generator import certificate
+
+# Import names of the `generator` extra (pyproject.toml); the base install is the checker alone.
+GENERATOR_REQUIRES = ("safetensors", "scipy", "tqdm", "matplotlib")
 
 FEATURE_MODULES = (
     "tcert.generator.model.cli",        # model import/inspect/random
@@ -43,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run one `tcert` command; bad input gives one line on stderr and exit 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with certificate.recording_command(["tcert", *argv]):     # generator.command in each certificate
+            return int(args.func(args) or 0)
     except BadInput as e:
         print(f"ERROR: {e}", file=sys.stderr)
         return 2
@@ -54,8 +60,18 @@ def main(argv=None) -> int:
         return 130
 
 
+def missing_requirements() -> list:
+    """The generator extra's packages that this environment lacks (a checker-only install lacks all)."""
+    return [name for name in GENERATOR_REQUIRES if importlib.util.find_spec(name) is None]
+
+
 def run():
-    """Console-script wrapper."""
+    """Console-script wrapper. In a checker-only install it says in one line what to install (exit 2)."""
+    missing = missing_requirements()
+    if missing:
+        print(f"tcert: the generator needs {', '.join(missing)}: pip install 'tcert[generator]' (from a source "
+              "checkout: pip install -e '.[generator]'); tcert-check works without them", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())
 
 

@@ -5,9 +5,14 @@
 - The influence generator can derive its constants with either interval backend: same certificate.
 - Every certificate under certificates/ verifies with both backends against the model it names (found
   by SHA-256 among certificates/**/*.safetensors), with the same summary line.
+- Every certificate under certificates/ regenerates byte-identically from the `tcert` command line it
+  records (generator.command, run from the repository root), in a scratch copy of the files it names.
 """
 
+import json
+import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -79,20 +84,26 @@ def models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind,variant", sorted(CLI, key=str), ids=lambda x: str(x))
-def test_same_inputs_same_bytes(models, tmp_path, capsys, kind, variant):
-    """In-process twice, CLI twice: four identical byte strings, and the certificate verifies."""
+def test_same_inputs_same_bytes(models, tmp_path, capsys, monkeypatch, kind, variant):
+    """In-process twice, CLI twice (the same command line, run in two folders): identical bytes. The CLI's
+    certificate records its command line (generator.command); apart from that field it is byte-identical
+    to the in-process one. The certificate verifies."""
     path = models.get(f"{kind}-{variant}", models[kind])
     first, second = generate(kind, path, variant), generate(kind, path, variant)
     assert first == second
-    outs = []
+    argv, outs = CLI[kind, variant] + ["--model", path, "--out", "cert.json"], []
     for i in range(2):
-        out = tmp_path / f"{i}.json"
-        assert tcert(CLI[kind, variant] + ["--model", path, "--out", str(out)]) == 0
-        outs.append(out.read_bytes())
+        (tmp_path / str(i)).mkdir()
+        monkeypatch.chdir(tmp_path / str(i))
+        assert tcert(argv) == 0
+        outs.append((tmp_path / str(i) / "cert.json").read_bytes())
     capsys.readouterr()
-    assert outs[0] == outs[1] == first.encode("utf-8")
+    assert outs[0] == outs[1]
+    cli = json.loads(outs[0])
+    assert cli["generator"].pop("command") == ["tcert", *argv]
+    assert certificate.dumps(cli) == first and "command" not in json.loads(first)["generator"]
     assert first != "null\n"
-    verify(str(tmp_path / "0.json"), path, "flint")
+    verify(str(tmp_path / "0" / "cert.json"), path, "flint")
 
 
 def test_influence_generator_backend_independent(models):
@@ -130,3 +141,41 @@ def test_shipped_certificate_verifies_with_both_backends(path):
     ob_f = verify(str(path), models[sha], "flint")
     ob_m = verify(str(path), models[sha], "mpmath")
     assert ob_f.summary == ob_m.summary
+
+
+# --- every shipped certificate, regenerated from its recorded command -----------------------------------
+
+def regenerate(path, tmp_path) -> tuple:
+    """(shipped bytes, bytes the recorded `tcert` command writes) for the shipped certificate at `path`: the
+    command runs in a scratch folder holding copies of the repository files it names (models, vocabularies)
+    at the same relative paths, so its --out lands there and the bytes can be compared."""
+    from tcert.testing import ROOT
+    shipped = pathlib.Path(path).read_bytes()
+    command = json.loads(shipped)["generator"]["command"]
+    assert command[0] == "tcert"
+    for arg in command:
+        src = ROOT / arg
+        if src.is_file():
+            (tmp_path / arg).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, tmp_path / arg)
+            vocab = load_model(str(src)).config.tokenizer if src.suffix == ".safetensors" else None
+            if vocab and (src.parent / vocab).is_file():
+                shutil.copy(src.parent / vocab, (tmp_path / arg).parent / vocab)
+    out = command[command.index("--out") + 1]
+    assert (ROOT / out).resolve() == pathlib.Path(path).resolve(), f"{path} records --out {out}"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert tcert(command[1:]) == 0
+    finally:
+        os.chdir(cwd)
+    return shipped, (tmp_path / out).read_bytes()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(pathlib.Path(p).relative_to(CERTIFICATES)))
+def test_shipped_certificate_regenerates_from_its_command(path, tmp_path, capsys):
+    """The recorded command line re-creates the shipped certificate byte for byte (statement, model
+    description and command included): the shipped files are the generator's output, not hand edits."""
+    shipped, again = regenerate(path, tmp_path)
+    capsys.readouterr()
+    assert again == shipped, f"{path}: regenerating with its recorded command gives other bytes"

@@ -154,7 +154,14 @@ class Mutant:
 def mutants(cert: dict, other_sha: str | None = None):
     """Every mutant of `cert` (a generator of Mutant)."""
     def at(path, value):
-        return lambda: put(cert, path, value() if callable(value) else value)
+        # A claim edit would also make the statement stale ("statement: the claim in words" rejects it):
+        # drop the statement so that the kind's own obligations and the oracle judge the edited claim.
+        def make():
+            out = put(cert, path, value() if callable(value) else value)
+            if path[0] == "claim":
+                out.pop("statement", None)
+            return out
+        return make
 
     def swapped(v, i):
         w = list(v)
