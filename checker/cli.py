@@ -1,69 +1,315 @@
 """`tcert-check CERT --model M`: re-verify a certificate against a model file.
 
 Exit codes: 0 VERIFIED; 1 REJECTED (an obligation failed, or the model is not the one the certificate
-names); 2 unusable input (unreadable, malformed, out of limits, unknown kind or version); 3 internal
-error of the checker (a bug: reported, never VERIFIED). Output is one line, or one JSON object with
---json.
+names); 2 unusable input (unreadable, malformed, out of limits, unknown kind or version, a usage error, a
+missing python-flint, --timeout reached); 3 internal error of the checker (a bug: reported, never
+VERIFIED). Output is one line, or one JSON object with --json (usage errors included). Progress goes to
+stderr while a check runs past PROGRESS_AFTER seconds, when stderr is a terminal and --quiet is not given.
+A REJECTED check is re-run once at a higher precision (`retry_prec`) and the line says whether that turns
+it around. --report writes the audit report (tcert.audit.report) after the verdict is decided.
 """
 
 import argparse
 import json
+import os
+import platform
 import sys
+import threading
 import time
+import _thread
+from fractions import Fraction
 
+from tcert.checker import __version__, envelope
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.interval import BACKENDS, DEFAULT_PREC
+from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
+from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import show
+from tcert.checker.obligations import Obligations
 from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 MIN_PREC, MAX_PREC = 30, 4096
+PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 0.5    # seconds
+RETRY_IF_FASTER_THAN = 10.0                  # seconds: a longer REJECTED check is not re-run unless asked
+PRECISION_INDEPENDENT = ("model binding", "statement: the claim in words")
+EXIT_CODES = """exit codes:
+  0  VERIFIED        every obligation holds
+  1  REJECTED        an obligation fails (named, with its numbers), or the model is not the certified one
+  2  ERROR           unusable input: unreadable or malformed file, out of limits, unknown kind or version,
+                     a usage error, python-flint missing for --backend flint, --timeout reached
+  3  INTERNAL ERROR  a checker bug; never VERIFIED
+(tcert, the generator, also exits 3 when a run is inconclusive and writes no certificate; here 3 is only
+ever a checker bug.)"""
+
+
+class UsageError(Exception):
+    """A command-line mistake (exit 2; one JSON object under --json)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing and exiting, so --json can report it."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parser() -> Parser:
+    """The tcert-check argument parser."""
+    p = Parser(prog="tcert-check", description="Re-verify a tcert certificate against a model file.",
+               epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("certificate", nargs="?", help="the certificate (JSON)")
+    p.add_argument("--model", help="the model file (safetensors) the certificate binds to (required)")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="flint",
+                   help="interval arithmetic: flint (python-flint's Arb, fast) or mpmath (reference) (default: flint)")
+    p.add_argument("--prec", type=int, default=DEFAULT_PREC,
+                   help=f"interval precision in bits, {MIN_PREC}..{MAX_PREC} (default: {DEFAULT_PREC})")
+    p.add_argument("--retry-prec", type=int, default=None, metavar="BITS",
+                   help="after a REJECTED, re-check once at BITS to tell whether more precision turns it around; 0 "
+                        f"never (default: max(256, 4 x --prec) when the check took under {RETRY_IF_FASTER_THAN:g} s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a line (default: off)")
+    p.add_argument("--report", metavar="FILE", help="also write the audit report: FILE.html (one self-contained "
+                                                    "page) or FILE.md (Markdown) (default: none)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a check that runs longer: ERROR, exit 2 (default: no limit)")
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr (default: progress while a "
+                                                        f"check runs past {PROGRESS_AFTER:g} s, on a terminal only)")
+    p.add_argument("--version", action="store_true", help="print the tool and library versions and exit")
+    return p
+
+
+def versions() -> dict:
+    """The versions a verdict depends on: this tool, Python and the three libraries."""
+    out = {"tcert": __version__, "python": platform.python_version()}
+    for name, module in (("numpy", "numpy"), ("mpmath", "mpmath"), ("python-flint", "flint")):
+        try:
+            out[name] = str(__import__(module).__version__)
+        except ImportError:
+            out[name] = "not installed"
+    return out
 
 
 def main(argv=None) -> int:
     """Entry point of tcert-check; returns the exit code."""
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parser().parse_args(argv)
+        if args.version:
+            v = versions()
+            libraries = ", ".join(f"{k} {x}" for k, x in v.items() if k != "tcert")
+            print(json.dumps({"versions": v}) if args.json else f"tcert-check {v['tcert']} ({libraries})")
+            return EXIT_VERIFIED
+        check_usage(args)
+    except UsageError as e:
+        line = f"usage error: {e} (tcert-check --help)"
+        print(json.dumps({"verdict": "ERROR", "error": line}) if "--json" in argv else one_line(line))
+        return EXIT_BAD_INPUT
     start = time.perf_counter()
-    result = {"certificate": args.certificate, "model": args.model, "backend": args.backend}
-    code, line, fields = outcome(args)
-    result.update(fields)
-    result["seconds"] = round(time.perf_counter() - start, 3)
+    code, line, fields, record = run_check(args)
+    result = {"certificate": args.certificate, "model": args.model, "backend": args.backend, "prec": args.prec,
+              **fields, "versions": versions(), "seconds": round(time.perf_counter() - start, 3)}
+    if args.report:
+        code = write_report(args, result, record, code)
     print(json.dumps(result) if args.json else one_line(line))
     return code
 
 
-def parser() -> argparse.ArgumentParser:
-    """The tcert-check argument parser."""
-    p = argparse.ArgumentParser(prog="tcert-check", description="Re-verify a tcert certificate.")
-    p.add_argument("certificate")
-    p.add_argument("--model", required=True, help="the model file (safetensors) the certificate binds to")
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="flint")
-    p.add_argument("--prec", type=int, default=DEFAULT_PREC, help="interval precision in bits")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
-    return p
+def check_usage(args) -> None:
+    """Refuse a command line that cannot run (UsageError), before any work."""
+    if not args.certificate or not args.model:
+        raise UsageError("give a certificate and --model MODEL")
+    if not MIN_PREC <= args.prec <= MAX_PREC:
+        raise UsageError(f"--prec {show(args.prec)} is not between {MIN_PREC} and {MAX_PREC} bits")
+    if args.retry_prec is not None and args.retry_prec != 0 and not MIN_PREC <= args.retry_prec <= MAX_PREC:
+        raise UsageError(f"--retry-prec {show(args.retry_prec)} is not 0 or between {MIN_PREC} and {MAX_PREC} bits")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    if args.report:
+        if not args.report.lower().endswith((".html", ".htm", ".md")):
+            raise UsageError(f"--report {args.report[:60]!r}: the file name must end in .html or .md")
+        folder = os.path.dirname(os.path.abspath(args.report))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--report: the folder {folder[:80]!r} does not exist")
 
 
-def outcome(args) -> tuple:
-    """(exit code, verdict line, JSON fields) of checking the certificate the arguments name. Every
-    outcome is one of the four exit codes; nothing escapes as a traceback."""
+def run_check(args) -> tuple:
+    """(exit code, line, JSON fields, record for the report) of the check the arguments ask for, within
+    --timeout; a REJECTED one is re-run once at a higher precision when `retry_prec` says so."""
+    record = {"obligations": Obligations(), "model": None, "certificate": None}
     try:
-        if not MIN_PREC <= args.prec <= MAX_PREC:
-            raise BadInput(f"--prec {show(args.prec)} is not between {MIN_PREC} and {MAX_PREC} bits")
-        ob = verify(args.certificate, args.model, args.backend, args.prec)
+        return checked(args, record)
+    except BadInput as e:   # the --timeout interrupt arrived between two steps of this function
+        return EXIT_BAD_INPUT, f"ERROR: {e}", {"verdict": "ERROR", **known(record), "error": str(e)}, record
+
+
+def checked(args, record) -> tuple:
+    """run_check's work, inside the deadline and the progress line."""
+    with Deadline(args.timeout) as deadline, Progress(args, record["obligations"]):
+        code, line, fields = outcome(args, record, deadline, args.prec, record["obligations"])
+        again = retry_prec(args, fields, time.perf_counter() - deadline.start)
+        if code == EXIT_REJECTED and again:
+            code2, _, fields2 = outcome(args, {}, deadline, again, Obligations())
+            if code2 in (EXIT_VERIFIED, EXIT_REJECTED):
+                verdict = "VERIFIED" if code2 == EXIT_VERIFIED else "REJECTED"
+                fields["prec_hint"] = {"prec": again, "verdict": verdict, "obligation": fields2.get("obligation")}
+                hint = (f" [at --prec {args.prec}; VERIFIED at --prec {again}: re-run with --prec {again}]"
+                        if code2 == EXIT_VERIFIED else f" [also REJECTED at --prec {again}]")
+                line, fields["detail"] = line + hint, fields["detail"] + hint
+        deadline.cancel()       # from here on a late timer cannot interrupt anything
+    return code, line, fields, record
+
+
+def retry_prec(args, fields: dict, seconds: float):
+    """The precision to re-check a REJECTED verdict at, or None: not for precision-independent obligations,
+    not when --retry-prec is 0 or no higher than --prec, by default only after a check under
+    RETRY_IF_FASTER_THAN seconds."""
+    if fields.get("verdict") != "REJECTED" or fields.get("obligation") in PRECISION_INDEPENDENT:
+        return None
+    if args.retry_prec is None:
+        bits = min(MAX_PREC, max(256, 4 * args.prec))
+        return bits if bits > args.prec and seconds < RETRY_IF_FASTER_THAN else None
+    return args.retry_prec if args.retry_prec > args.prec else None
+
+
+def outcome(args, record: dict, deadline, prec: int, ob: Obligations) -> tuple:
+    """(exit code, verdict line, JSON fields) of one check at `prec`. Every outcome is one of the four exit
+    codes; nothing escapes as a traceback. `record` receives the model and certificate for the report."""
+    try:
+        data = envelope.read_certificate_bytes(args.certificate)
+        record["certificate"] = envelope.parse_certificate_bytes(data)
+        model = record["model"] = load_model(args.model)
+        ob = verify(data, model, backend(args.backend, prec), obligations=ob)
         return EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}", {
-            "verdict": "VERIFIED", "kind": ob.kind, "summary": ob.summary,
-            "obligations": [{"name": o.name, "seconds": round(o.seconds, 6)} for o in ob.done]}
+            "verdict": "VERIFIED", "kind": ob.kind, "model_sha256": model.sha256, "statement": ob.statement,
+            "summary": ob.summary, "obligations": obligations_json(ob)}
     except Rejected as e:
         return EXIT_REJECTED, f"REJECTED: {e.obligation}: {e.detail}", {
-            "verdict": "REJECTED", "obligation": e.obligation, "detail": e.detail}
+            "verdict": "REJECTED", **known(record), "obligation": e.obligation, "detail": e.detail,
+            "obligations": obligations_json(ob)}
     except BadInput as e:
-        return EXIT_BAD_INPUT, f"ERROR: {e}", {"verdict": "ERROR", "error": str(e)}
+        return EXIT_BAD_INPUT, f"ERROR: {e}", {"verdict": "ERROR", **known(record), "error": str(e)}
     except (MemoryError, RecursionError) as e:
         line = f"ERROR: input exhausted a resource limit ({type(e).__name__})"
-        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", "error": line}
+        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", **known(record), "error": line}
+    except KeyboardInterrupt:
+        if not deadline.expired:
+            raise
+        line = f"ERROR: the check did not finish within --timeout {show(Fraction(args.timeout))} s"
+        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", **known(record), "error": line}
     except Exception as e:  # a checker bug must still never print a traceback or VERIFIED
         line = f"INTERNAL ERROR: {type(e).__name__}: {str(e)[:200]}"
-        return EXIT_INTERNAL, line, {"verdict": "INTERNAL ERROR", "error": line}
+        return EXIT_INTERNAL, line, {"verdict": "INTERNAL ERROR", **known(record), "error": line}
+
+
+def backend(name: str, prec: int):
+    """The named backend; a missing library is unusable input with a one-line hint, not a checker bug."""
+    try:
+        return make_backend(name, prec)
+    except ImportError as e:
+        package = {"flint": "python-flint"}.get(getattr(e, "name", None) or "", getattr(e, "name", None))
+        raise BadInput(f"backend {name} needs the package {package}, which is not installed: pip install {package}"
+                       + (", or use --backend mpmath" if name == "flint" else "")) from None
+
+
+def known(record: dict) -> dict:
+    """The JSON fields known even when a check ended early: the certificate's kind, the model's SHA-256."""
+    cert, model = record.get("certificate"), record.get("model")
+    out = {"kind": cert["kind"]} if cert else {}
+    return {**out, "model_sha256": model.sha256} if model is not None else out
+
+
+def obligations_json(ob: Obligations) -> list:
+    """Each obligation that held, in order: name, seconds and certified figures (exact numbers as text)."""
+    return [{"name": o.name, "seconds": round(o.seconds, 6), "figures": exact_json(o.figures)} for o in ob.done]
+
+
+def exact_json(value):
+    """A figure as JSON: integers and rationals as exact text ("17", "-7/16"), containers element-wise."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, Fraction)):
+        q = Fraction(value)
+        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+    if isinstance(value, dict):
+        return {str(k): exact_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [exact_json(v) for v in value]
+    return str(value)[:200]
+
+
+class Deadline:
+    """--timeout: after `seconds`, interrupt the main thread (KeyboardInterrupt, which no rule catches) and
+    mark the deadline expired, so that the interrupt reads as a timeout and never as a verdict."""
+
+    def __init__(self, seconds):
+        self.seconds, self.expired, self.timer, self.start = seconds, False, None, time.perf_counter()
+
+    def _fire(self):
+        self.expired = True
+        _thread.interrupt_main()
+
+    def __enter__(self):
+        if self.seconds is not None:
+            self.timer = threading.Timer(self.seconds, self._fire)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def cancel(self):
+        """Stop the timer; an interrupt it already sent is absorbed by __exit__."""
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def __exit__(self, exc_type, *exc):
+        self.cancel()
+        if exc_type is KeyboardInterrupt and self.expired:
+            raise BadInput(f"the check did not finish within --timeout {show(Fraction(self.seconds))} s") from None
+        return False
+
+
+class Progress:
+    """A progress line on stderr (elapsed seconds, obligations done, the one running) while a check runs past
+    PROGRESS_AFTER seconds; only when stderr is a terminal and --quiet is not given. Erased at the end."""
+
+    def __init__(self, args, ob: Obligations):
+        self.ob, self.stop, self.shown = ob, threading.Event(), False
+        self.on = not args.quiet and sys.stderr.isatty()
+
+    def _run(self):
+        start = time.perf_counter()
+        while not self.stop.wait(PROGRESS_AFTER if not self.shown else PROGRESS_EVERY):
+            running = one_line(self.ob.running)[:70]
+            sys.stderr.write(f"\r\x1b[Ktcert-check: {time.perf_counter() - start:5.1f} s, {len(self.ob.done)} "
+                             f"obligation(s) held; checking: {running}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def __enter__(self):
+        if self.on:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            self.stop.set()
+            self.thread.join()
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+        return False
+
+
+def write_report(args, result: dict, record: dict, code: int) -> int:
+    """Write the audit report (tcert.audit.report, outside the trusted base: the verdict is already decided);
+    a report that cannot be written is one line on stderr and exit 2 (the verdict line is still printed)."""
+    try:
+        from tcert.audit.report import write
+        write(args.report, result, record, ["tcert-check", args.certificate, "--model", args.model, "--backend",
+                                            args.backend, "--prec", str(args.prec)])
+    except Exception as e:  # the report must never turn into a traceback or change the verdict line
+        print(one_line(f"ERROR: --report {args.report}: {type(e).__name__}: {str(e)[:160]}"), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return code
 
 
 def one_line(text: str) -> str:
@@ -74,7 +320,11 @@ def one_line(text: str) -> str:
 
 def run():
     """Console-script wrapper."""
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

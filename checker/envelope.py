@@ -126,14 +126,18 @@ def _check_envelope(doc: dict) -> None:
         raise BadInput(f"certificate: statement must be a string of at most {MAX_STATEMENT} characters")
 
 
-def load_certificate(path: str) -> dict:
-    """Read the certificate file at `path` and validate its envelope."""
+def read_certificate_bytes(path: str) -> bytes:
+    """The bytes of the certificate file at `path` (at most MAX_CERT_BYTES + 1 are read)."""
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_CERT_BYTES + 1)
+            return f.read(MAX_CERT_BYTES + 1)
     except OSError as e:
         raise BadInput(f"certificate: cannot read {path}: {e.strerror}") from None
-    return parse_certificate_bytes(data)
+
+
+def load_certificate(path: str) -> dict:
+    """Read the certificate file at `path` and validate its envelope."""
+    return parse_certificate_bytes(read_certificate_bytes(path))
 
 
 def fields(obj: dict, where: str, required: set, optional: set = frozenset()) -> dict:

@@ -17,7 +17,11 @@ from tcert.checker.statement import check_statement
 
 
 def read_certificate(certificate) -> dict:
-    """A certificate path, or an already-built dict, parsed and envelope-checked (BadInput on defects)."""
+    """A certificate path, its bytes, or an already-built dict, parsed and envelope-checked (BadInput on
+    defects). tcert-check reads a file's bytes once and hands them here, so that the certificate it reports
+    on is the one it checked."""
+    if isinstance(certificate, (bytes, bytearray)):
+        return envelope.parse_certificate_bytes(bytes(certificate))
     if isinstance(certificate, dict):
         try:
             data = json.dumps(certificate, allow_nan=False).encode()
@@ -29,7 +33,7 @@ def read_certificate(certificate) -> dict:
 
 def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC,
            obligations: Obligations | None = None) -> Obligations:
-    """Check `certificate` (a path or dict) against `model` (a path or a loaded Model) with `backend` (a
+    """Check `certificate` (a path, bytes or dict) against `model` (a path or a loaded Model) with `backend` (a
     name or a Backend; `prec` applies to names only).
 
     Returns the Obligations record (every obligation held; `.summary`, `.kind`, `.certificate`, `.statement`:

@@ -9,7 +9,7 @@ from tcert.checker.modelfile import load_model
 
 def _import(args):
     from tcert.generator.model.importers import import_gpt_neox, import_npz, import_safetensors
-    from tcert.generator.model.files import save_model
+    from tcert.generator.model.files import provenance_of, save_model
     src = args.src
     config = None
     if args.config:
@@ -25,7 +25,7 @@ def _import(args):
         tensors, cfg = import_safetensors(src, args.config)
     else:
         raise BadInput(f"don't know how to import {src!r} (want .npz, .safetensors + --config, or a GPT-NeoX folder)")
-    sha = save_model(args.out, tensors, cfg)
+    sha = save_model(args.out, tensors, cfg, provenance=provenance_of(src, args.config))
     print(f"wrote {args.out} (sha256 {sha})")
 
 
