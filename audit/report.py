@@ -221,7 +221,7 @@ def banner(facts: dict) -> str:
     """The verdict, and for REJECTED / ERROR what went wrong."""
     v, r = facts["verdict"], facts["result"]
     text = {"VERIFIED": f"VERIFIED: {r.get('summary', '')}",
-            "REJECTED": f"REJECTED: {r.get('obligation', '')}: {r.get('detail', '')}"}.get(v, r.get("error", v))
+            "REJECTED": f"REJECTED: {r.get('obligation', '')}: {r.get('detail', '')}"}.get(v, f"{v}: {r.get('error', '')}")
     cls = v.split()[0]
     return f'<div id="verdict" class="verdict {esc(cls)}">{esc(text)}</div>'
 

@@ -3,23 +3,24 @@
 Exit codes: 0 VERIFIED; 1 REJECTED (an obligation failed, or the model is not the one the certificate
 names); 2 unusable input (unreadable, malformed, out of limits, unknown kind or version, a usage error, a
 missing python-flint, --timeout reached); 3 internal error of the checker (a bug: reported, never
-VERIFIED). Output is one line, or one JSON object with --json (usage errors included). Progress goes to
-stderr while a check runs past PROGRESS_AFTER seconds, when stderr is a terminal and --quiet is not given.
-A REJECTED check is re-run once at a higher precision (`retry_prec`) and the line says whether that turns
-it around. --report writes the audit report (tcert.audit.report) after the verdict is decided.
+VERIFIED). Output is one line, or one JSON object with --json (usage errors included). A REJECTED check is
+re-run once at a higher precision (`retry_prec`) and the line says whether that turns it around.
+
+The verdict is `outcome`'s: `verify` and the mapping of its exceptions to exit codes. What surrounds it and
+decides nothing lives beside the trusted base in tcert.audit: the progress line and the --timeout clock
+(`tcert.audit.terminal`), the exact JSON of the figures and the versions, and the --report page
+(`tcert.audit.report`, written after the verdict is decided).
 """
 
 import argparse
 import json
 import os
-import platform
 import sys
-import threading
 import time
-import _thread
 from fractions import Fraction
 
-from tcert.checker import __version__, envelope
+from tcert.audit.terminal import PROGRESS_AFTER, Deadline, Progress, obligations_json, versions
+from tcert.checker import envelope
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
 from tcert.checker.modelfile import load_model
@@ -29,7 +30,6 @@ from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 MIN_PREC, MAX_PREC = 30, 4096
-PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 0.5    # seconds
 RETRY_IF_FASTER_THAN = 10.0                  # seconds: a longer REJECTED check is not re-run unless asked
 PRECISION_INDEPENDENT = ("model binding", "statement: the claim in words")
 EXIT_CODES = """exit codes:
@@ -75,17 +75,6 @@ def parser() -> Parser:
                                                         f"check runs past {PROGRESS_AFTER:g} s, on a terminal only)")
     p.add_argument("--version", action="store_true", help="print the tool and library versions and exit")
     return p
-
-
-def versions() -> dict:
-    """The versions a verdict depends on: this tool, Python and the three libraries."""
-    out = {"tcert": __version__, "python": platform.python_version()}
-    for name, module in (("numpy", "numpy"), ("mpmath", "mpmath"), ("python-flint", "flint")):
-        try:
-            out[name] = str(__import__(module).__version__)
-        except ImportError:
-            out[name] = "not installed"
-    return out
 
 
 def main(argv=None) -> int:
@@ -188,16 +177,16 @@ def outcome(args, record: dict, deadline, prec: int, ob: Obligations) -> tuple:
     except BadInput as e:
         return EXIT_BAD_INPUT, f"ERROR: {e}", {"verdict": "ERROR", **known(record), "error": str(e)}
     except (MemoryError, RecursionError) as e:
-        line = f"ERROR: input exhausted a resource limit ({type(e).__name__})"
-        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", **known(record), "error": line}
+        error = f"input exhausted a resource limit ({type(e).__name__})"
+        return EXIT_BAD_INPUT, f"ERROR: {error}", {"verdict": "ERROR", **known(record), "error": error}
     except KeyboardInterrupt:
         if not deadline.expired:
             raise
-        line = f"ERROR: the check did not finish within --timeout {show(Fraction(args.timeout))} s"
-        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", **known(record), "error": line}
+        error = f"the check did not finish within --timeout {show(Fraction(args.timeout))} s"
+        return EXIT_BAD_INPUT, f"ERROR: {error}", {"verdict": "ERROR", **known(record), "error": error}
     except Exception as e:  # a checker bug must still never print a traceback or VERIFIED
-        line = f"INTERNAL ERROR: {type(e).__name__}: {str(e)[:200]}"
-        return EXIT_INTERNAL, line, {"verdict": "INTERNAL ERROR", **known(record), "error": line}
+        error = f"{type(e).__name__}: {str(e)[:200]}"
+        return EXIT_INTERNAL, f"INTERNAL ERROR: {error}", {"verdict": "INTERNAL ERROR", **known(record), "error": error}
 
 
 def backend(name: str, prec: int):
@@ -217,91 +206,14 @@ def known(record: dict) -> dict:
     return {**out, "model_sha256": model.sha256} if model is not None else out
 
 
-def obligations_json(ob: Obligations) -> list:
-    """Each obligation that held, in order: name, seconds and certified figures (exact numbers as text)."""
-    return [{"name": o.name, "seconds": round(o.seconds, 6), "figures": exact_json(o.figures)} for o in ob.done]
-
-
-def exact_json(value):
-    """A figure as JSON: integers and rationals as exact text ("17", "-7/16"), containers element-wise."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (int, Fraction)):
-        q = Fraction(value)
-        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
-    if isinstance(value, dict):
-        return {str(k): exact_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [exact_json(v) for v in value]
-    return str(value)[:200]
-
-
-class Deadline:
-    """--timeout: after `seconds`, interrupt the main thread (KeyboardInterrupt, which no rule catches) and
-    mark the deadline expired, so that the interrupt reads as a timeout and never as a verdict."""
-
-    def __init__(self, seconds):
-        self.seconds, self.expired, self.timer, self.start = seconds, False, None, time.perf_counter()
-
-    def _fire(self):
-        self.expired = True
-        _thread.interrupt_main()
-
-    def __enter__(self):
-        if self.seconds is not None:
-            self.timer = threading.Timer(self.seconds, self._fire)
-            self.timer.daemon = True
-            self.timer.start()
-        return self
-
-    def cancel(self):
-        """Stop the timer; an interrupt it already sent is absorbed by __exit__."""
-        if self.timer is not None:
-            self.timer.cancel()
-
-    def __exit__(self, exc_type, *exc):
-        self.cancel()
-        if exc_type is KeyboardInterrupt and self.expired:
-            raise BadInput(f"the check did not finish within --timeout {show(Fraction(self.seconds))} s") from None
-        return False
-
-
-class Progress:
-    """A progress line on stderr (elapsed seconds, obligations done, the one running) while a check runs past
-    PROGRESS_AFTER seconds; only when stderr is a terminal and --quiet is not given. Erased at the end."""
-
-    def __init__(self, args, ob: Obligations):
-        self.ob, self.stop, self.shown = ob, threading.Event(), False
-        self.on = not args.quiet and sys.stderr.isatty()
-
-    def _run(self):
-        start = time.perf_counter()
-        while not self.stop.wait(PROGRESS_AFTER if not self.shown else PROGRESS_EVERY):
-            running = one_line(self.ob.running)[:70]
-            sys.stderr.write(f"\r\x1b[Ktcert-check: {time.perf_counter() - start:5.1f} s, {len(self.ob.done)} "
-                             f"obligation(s) held; checking: {running}")
-            sys.stderr.flush()
-            self.shown = True
-
-    def __enter__(self):
-        if self.on:
-            self.thread = threading.Thread(target=self._run, daemon=True)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.on:
-            self.stop.set()
-            self.thread.join()
-            if self.shown:
-                sys.stderr.write("\r\x1b[K")
-                sys.stderr.flush()
-        return False
-
-
 def write_report(args, result: dict, record: dict, code: int) -> int:
     """Write the audit report (tcert.audit.report, outside the trusted base: the verdict is already decided);
     a report that cannot be written is one line on stderr and exit 2 (the verdict line is still printed)."""
+    if record["model"] is None:     # the check ended before the model was read: the page still names it
+        try:
+            record["model"] = load_model(args.model)
+        except BadInput:
+            pass
     try:
         from tcert.audit.report import write
         write(args.report, result, record, ["tcert-check", args.certificate, "--model", args.model, "--backend",

@@ -80,8 +80,24 @@ def test_only_allowed_third_party_imports(path):
             continue
         top = name.split(".")[0]
         inside = name == "tcert.checker" or name.startswith("tcert.checker.")
-        assert inside or top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY, \
+        beside = path.relative_to(CHECKER).as_posix() in PRESENTATION_USERS and name.startswith("tcert.audit")
+        assert inside or beside or top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY, \
             f"{path.name}:{line} imports {name}"
+
+
+AUDIT = ROOT / "audit"
+# tcert-check's CLI (only it) uses the presentation beside the trusted base, tcert.audit: the progress line,
+# the --timeout clock, versions, exact JSON, the report. That package decides nothing; it imports the standard
+# library, the checker and itself only (below), so the checker's dependencies stay numpy, mpmath, python-flint.
+PRESENTATION_USERS = {"cli.py"}
+
+
+@pytest.mark.parametrize("path", sorted(AUDIT.rglob("*.py")), ids=lambda p: p.name)
+def test_audit_imports_only_the_checker_and_the_standard_library(path):
+    for name, line in imports_of(path):
+        top = name.split(".")[0]
+        ok = name.startswith(("tcert.checker", "tcert.audit")) or top in sys.stdlib_module_names
+        assert ok, f"audit/{path.name}:{line} imports {name}"
 
 
 def test_dynamic_imports_stay_in_checker():

@@ -1,0 +1,113 @@
+"""What tcert-check does around a check without deciding anything: the progress line on stderr, the
+--timeout clock, the versions a verdict depends on, and the certified figures as exact JSON.
+
+The clock interrupts the main thread (KeyboardInterrupt, which no rule catches) and marks itself expired;
+tcert.checker.cli turns that into ERROR (exit 2), never into a verdict.
+"""
+
+import platform
+import sys
+import threading
+import time
+import _thread
+from fractions import Fraction
+
+from tcert.checker import __version__
+from tcert.checker.errors import BadInput
+from tcert.checker.obligations import Obligations
+from tcert.checker.numbers import show
+
+PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 0.5    # seconds
+
+
+def versions() -> dict:
+    """The versions a verdict depends on: this tool, Python and the three libraries."""
+    out = {"tcert": __version__, "python": platform.python_version()}
+    for name, module in (("numpy", "numpy"), ("mpmath", "mpmath"), ("python-flint", "flint")):
+        try:
+            out[name] = str(__import__(module).__version__)
+        except ImportError:
+            out[name] = "not installed"
+    return out
+
+
+def obligations_json(ob: Obligations) -> list:
+    """Each obligation that held, in order: name, seconds and certified figures (exact numbers as text)."""
+    return [{"name": o.name, "seconds": round(o.seconds, 6), "figures": exact_json(o.figures)} for o in ob.done]
+
+
+def exact_json(value):
+    """A figure as JSON: integers and rationals as exact text ("17", "-7/16"), containers element-wise."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, Fraction)):
+        q = Fraction(value)
+        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+    if isinstance(value, dict):
+        return {str(k): exact_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [exact_json(v) for v in value]
+    return str(value)[:200]
+
+
+class Deadline:
+    """--timeout: after `seconds`, interrupt the main thread (KeyboardInterrupt, which no rule catches) and
+    mark the deadline expired, so that the interrupt reads as a timeout and never as a verdict."""
+
+    def __init__(self, seconds):
+        self.seconds, self.expired, self.timer, self.start = seconds, False, None, time.perf_counter()
+
+    def _fire(self):
+        self.expired = True
+        _thread.interrupt_main()
+
+    def __enter__(self):
+        if self.seconds is not None:
+            self.timer = threading.Timer(self.seconds, self._fire)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def cancel(self):
+        """Stop the timer; an interrupt it already sent is absorbed by __exit__."""
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def __exit__(self, exc_type, *exc):
+        self.cancel()
+        if exc_type is KeyboardInterrupt and self.expired:
+            raise BadInput(f"the check did not finish within --timeout {show(Fraction(self.seconds))} s") from None
+        return False
+
+
+class Progress:
+    """A progress line on stderr (elapsed seconds, obligations done, the one running) while a check runs past
+    PROGRESS_AFTER seconds; only when stderr is a terminal and --quiet is not given. Erased at the end."""
+
+    def __init__(self, args, ob: Obligations):
+        self.ob, self.stop, self.shown = ob, threading.Event(), False
+        self.on = not args.quiet and sys.stderr.isatty()
+
+    def _run(self):
+        start = time.perf_counter()
+        while not self.stop.wait(PROGRESS_AFTER if not self.shown else PROGRESS_EVERY):
+            running = "".join(c if c.isascii() and c.isprintable() else "?" for c in self.ob.running)[:70]
+            sys.stderr.write(f"\r\x1b[Ktcert-check: {time.perf_counter() - start:5.1f} s, {len(self.ob.done)} "
+                             f"obligation(s) held; checking: {running}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def __enter__(self):
+        if self.on:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            self.stop.set()
+            self.thread.join()
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+        return False

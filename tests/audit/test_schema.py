@@ -1,0 +1,189 @@
+"""The published JSON Schema (docs/certificate.schema.json, Draft 2020-12, one $defs entry per kind) and the
+checker's parser, kept in step.
+
+- Every shipped certificate and every certificate the generator writes for the tiny cases (every kind,
+  method, strategy and free set the mutation harness covers) is valid.
+- Relabelled kinds, each missing required field and each wrong type make a certificate invalid.
+- The parser is the authority: no schema-invalid mutant is VERIFIED, and every schema-valid mutant the
+  parser refuses as malformed (BadInput) falls under one of the explained reasons in PARSER_ONLY: rules a
+  schema cannot state because they depend on the model (d_vocab, n_heads, d_model, n_ctx, final LN) or
+  compare fields with each other.
+"""
+
+import copy
+import json
+import random
+import re
+
+import jsonschema
+import pytest
+
+import tcert.testing.mutation as M
+from tcert.checker.errors import BadInput, Rejected
+from tcert.checker.verify import verify
+from tcert.testing import CERTIFICATES, ROOT
+
+SCHEMA = json.loads((ROOT / "docs" / "certificate.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+SHIPPED = sorted(CERTIFICATES.rglob("*.json"))
+KINDS = ("prediction", "overwhelm", "accuracy", "influence")
+OPTIONAL = {"lp_duals", "final_ln", "duals", "eu_groups", "corollary"}   # the only optional claim/evidence keys
+SAMPLE = 40          # structural mutants per tiny case for the agreement test (benchmarks can run them all)
+
+# Why a schema-valid certificate can still be malformed to the parser (BadInput): pattern -> reason.
+PARSER_ONLY = {
+    r"outside \[": "a range that depends on the model (token ids below d_vocab, n_max <= n_ctx, the claim's "
+                   "d_vocab/n_ctx/inputs equal to the model's) or on another field (q <= m, c <= n - 2, cutoff < m, "
+                   "the corollary's length within [n_min, n_max])",
+    r"must list \d+|must be a list of (d_model|d_head) = |must be a list of two lists|must list evidence for each "
+    r"length|must list as many hint vectors|must be a list of \d+ to d_head": "a list length tied to the model "
+                                                                             "(n_heads, d_model, d_head) or to "
+                                                                             "another field (the free length)",
+    r"listed twice|is the claimed token": "uniqueness: a case or competitor at most once, never the claimed token",
+    r"must be positive": "a margin > 0 (a schema cannot compare exact rationals written as strings)",
+    r"evidence\.constants: (missing|unused)": "the ledger's constant names follow from the model's layers and heads",
+    r"mask: must be": "a cubic case's mask is a non-empty subset of the tokens below m",
+    r"harmonic rate": "rate inverse is refused for a causal model with >= 2 layers",
+    r"required exactly when the model has a final LayerNorm|only with method lp|only for a perm free set|final "
+    r"LayerNorm is certified only": "a field whose presence depends on the model or on another field",
+    r"exceeds n_ctx": "prefix + free string + query longer than the model's n_ctx",
+}
+
+
+def errors(doc) -> list:
+    return [e.message for e in VALIDATOR.iter_errors(doc)]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return M.tiny_cases(str(tmp_path_factory.mktemp("schema")))
+
+
+def test_the_schema_is_draft_2020_12_with_one_definition_per_kind():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert [d["$ref"] for d in SCHEMA["oneOf"]] == [f"#/$defs/{k}Certificate" for k in KINDS]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CERTIFICATES)))
+def test_shipped_certificates_are_valid(path):
+    assert errors(json.loads(path.read_text())) == []
+
+
+def test_generated_certificates_are_valid(cases):
+    kinds = set()
+    for case in cases:
+        assert errors(case.cert) == [], case.name
+        kinds.add((case.kind, case.cert["evidence"].get("method") or case.cert["evidence"].get("strategy")))
+    assert {k for k, _ in kinds} == set(KINDS) and len(kinds) >= 8, kinds
+
+
+def every_certificate(cases):
+    """The tiny cases and one shipped certificate of each kind and method or strategy not among them."""
+    seen, out = set(), [(c.name, c.cert) for c in cases]
+    for p in SHIPPED:
+        cert = json.loads(p.read_text())
+        ev = cert["evidence"]
+        key = (cert["kind"], ev.get("method"), ev.get("strategy"), ev.get("variant"), "eu_groups" in ev)
+        if key not in seen:
+            seen.add(key)
+            out.append((p.name, cert))
+    return out
+
+
+def test_relabelled_kinds_are_invalid(cases):
+    for name, cert in every_certificate(cases):
+        for kind in KINDS:
+            if kind != cert["kind"]:
+                assert errors(dict(cert, kind=kind)), (name, kind)
+        assert errors(dict(cert, kind="bogus")) and errors(dict(cert, version=2)), name
+
+
+def places(tree, path=()):
+    """(path, value) of every object key under `tree`, lists sampled at their first two and last entries."""
+    if isinstance(tree, dict):
+        for k in sorted(tree):
+            yield path + (k,), tree[k]
+            yield from places(tree[k], path + (k,))
+    elif isinstance(tree, list):
+        for i in sorted({0, 1, len(tree) - 1} & set(range(len(tree)))):
+            yield path + (i,), tree[i]
+            yield from places(tree[i], path + (i,))
+
+
+def dropped(cert, path):
+    out = copy.deepcopy(cert)
+    del M.get(out, path[:-1])[path[-1]]
+    return out
+
+
+def test_missing_fields_are_invalid(cases):
+    """Dropping any key of the envelope, claim or evidence breaks the schema, unless the key is optional
+    (the informational sections, statement, and the OPTIONAL claim/evidence keys)."""
+    for name, cert in every_certificate(cases):
+        for key in ("format", "version", "kind", "model_sha256", "claim", "evidence"):
+            assert errors(dropped(cert, (key,))), (name, key)
+        for top in ("claim", "evidence"):
+            for path, _ in places(cert[top], (top,)):
+                if isinstance(path[-1], str) and "constants" not in path[:-1]:   # ledger names: PARSER_ONLY
+                    assert bool(errors(dropped(cert, path))) != (path[-1] in OPTIONAL), (name, path)
+
+
+def wrong_types(value) -> list:
+    """Values of a JSON type the schema never allows where `value` sits (an integer may stand for an exact
+    number string, so it is not offered for one)."""
+    out = [True, 0.5, {}, [], "x!"]
+    if not (isinstance(value, str) and M.is_number(value)):
+        out.append(7)
+    same = {bool: [True], float: [0.5], dict: [{}], list: [[]], str: ["x!"], int: [7]}.get(type(value), [])
+    return [v for v in out if not any(v is s or (type(v) is type(s) and v == s) for s in same)]
+
+
+def test_wrong_types_are_invalid(cases):
+    for name, cert in every_certificate(cases):
+        for top in ("claim", "evidence"):
+            for path, value in places(cert[top], (top,)):
+                if isinstance(path[-1], str) and path[-1] in ("constants",):
+                    continue    # the ledger: any names, each an exact number (tested at its entries)
+                for bad in wrong_types(value):
+                    if isinstance(value, (dict, list)) and isinstance(bad, (dict, list)) and not value:
+                        continue
+                    assert errors(M.put(cert, path, bad)), (name, path, bad)
+
+
+def classify(cert, model_path) -> str:
+    try:
+        verify(cert, model_path, "flint")
+        return "VERIFIED"
+    except Rejected:
+        return "REJECTED"
+    except BadInput as e:
+        return "BadInput: " + str(e)
+
+
+def structural_mutants(case, rng):
+    """The harness's structural mutants (every family but ulp-sized number moves), and wrong types."""
+    ms = [m.cert for m in M.mutants(case.cert) if m.family != "numeric" or m.move.startswith(("int", "sign"))]
+    for top in ("claim", "evidence"):
+        for path, value in places(case.cert[top], (top,)):
+            ms += [M.put(case.cert, path, bad) for bad in wrong_types(value)]
+    rng.shuffle(ms)
+    return ms[:SAMPLE]
+
+
+def test_schema_and_parser_agree(cases):
+    """No schema-invalid mutant is VERIFIED; each schema-valid one the parser calls malformed is explained."""
+    rng, unexplained, tally = random.Random(15), [], {"schema-invalid": 0, "explained": 0}
+    for case in cases:
+        for cert in structural_mutants(case, rng):
+            verdict, valid = classify(cert, case.model_path), not errors(cert)
+            if not valid:
+                tally["schema-invalid"] += 1
+                assert verdict != "VERIFIED", (case.name, cert)
+            elif verdict.startswith("BadInput"):
+                if any(re.search(p, verdict) for p in PARSER_ONLY):
+                    tally["explained"] += 1
+                else:
+                    unexplained.append((case.name, verdict))
+    assert not unexplained, unexplained[:5]
+    assert tally["schema-invalid"] > 100 and tally["explained"] > 20, tally
