@@ -134,6 +134,8 @@ def test_verified_report_in_a_real_browser(capsys, tmp_path, prediction_case, na
     assert f"tcert-check {cert} --model {model} --backend flint --prec 64" in environment
     if name.startswith("accuracy"):
         assert "inputs covered / inputs, by max token" in page.read_text()
+    if any("evidence.deviation" in o["figures"] for o in r["obligations"]):    # overwhelm naive/lp records W
+        assert "W vs PTP/2" in page.read_text()
     md = page.with_suffix(".md")
     assert cli.main([str(cert), "--model", str(model), "--report", str(md)]) == 0
     capsys.readouterr()
@@ -199,3 +201,18 @@ def test_screenshot(capsys, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (1000, 1400)
+
+
+def test_overwhelm_plots_read_the_recorded_figures():
+    """W against PTP/2 from the figures "evidence.deviation" and "evidence.sample.margin", and one chart per
+    per-head list figure; the numbers printed are the checker's show() of the exact values."""
+    from fractions import Fraction
+    from tcert.audit.plots import overwhelm_plots
+    from tcert.checker.obligations import Obligation
+    obs = [Obligation("overwhelm lp: sample margin (PTP)", 0.01, {"evidence.sample.margin": Fraction(1, 4)}),
+           Obligation("overwhelm lp: deviation bound", 0.01, {"evidence.deviation": Fraction(1, 16),
+                                                             "deviation per head": [Fraction(1, 32), Fraction(-1, 32)]})]
+    (cap, svg), (cap2, svg2) = overwhelm_plots(obs)
+    assert "W vs PTP/2" in svg and ">0.0625<" in svg and ">0.125<" in svg and "PTP/2 - W" in svg
+    assert cap2.endswith("deviation per head") and ">0.03125<" in svg2 and ">-0.03125<" in svg2
+    assert overwhelm_plots(obs[:1]) == []

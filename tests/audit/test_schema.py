@@ -54,6 +54,10 @@ def errors(doc) -> list:
     return [e.message for e in VALIDATOR.iter_errors(doc)]
 
 
+def invalid(doc) -> bool:
+    return not VALIDATOR.is_valid(doc)
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     return M.tiny_cases(str(tmp_path_factory.mktemp("schema")))
@@ -79,9 +83,10 @@ def test_generated_certificates_are_valid(cases):
 
 
 def every_certificate(cases):
-    """The tiny cases and one shipped certificate of each kind and method or strategy not among them."""
+    """The tiny cases and one shipped certificate of each kind and method or strategy (the small ones: a
+    Max-of-4 accuracy certificate lists 6,000 cases, and the tiny cases have every accuracy strategy)."""
     seen, out = set(), [(c.name, c.cert) for c in cases]
-    for p in SHIPPED:
+    for p in (p for p in SHIPPED if p.stat().st_size < 50_000):
         cert = json.loads(p.read_text())
         ev = cert["evidence"]
         key = (cert["kind"], ev.get("method"), ev.get("strategy"), ev.get("variant"), "eu_groups" in ev)
@@ -95,14 +100,16 @@ def test_relabelled_kinds_are_invalid(cases):
     for name, cert in every_certificate(cases):
         for kind in KINDS:
             if kind != cert["kind"]:
-                assert errors(dict(cert, kind=kind)), (name, kind)
-        assert errors(dict(cert, kind="bogus")) and errors(dict(cert, version=2)), name
+                assert invalid(dict(cert, kind=kind)), (name, kind)
+        assert invalid(dict(cert, kind="bogus")) and invalid(dict(cert, version=2)), name
 
 
 def places(tree, path=()):
-    """(path, value) of every object key under `tree`, lists sampled at their first two and last entries."""
+    """(path, value) of every object key under `tree`; lists (and objects of more than 8 keys) sampled at their
+    first two and last entries."""
     if isinstance(tree, dict):
-        for k in sorted(tree):
+        keys = sorted(tree)
+        for k in keys if len(keys) <= 8 else keys[:2] + keys[-1:]:    # e.g. the influence ledger: a sample
             yield path + (k,), tree[k]
             yield from places(tree[k], path + (k,))
     elif isinstance(tree, list):
@@ -122,11 +129,11 @@ def test_missing_fields_are_invalid(cases):
     (the informational sections, statement, and the OPTIONAL claim/evidence keys)."""
     for name, cert in every_certificate(cases):
         for key in ("format", "version", "kind", "model_sha256", "claim", "evidence"):
-            assert errors(dropped(cert, (key,))), (name, key)
+            assert invalid(dropped(cert, (key,))), (name, key)
         for top in ("claim", "evidence"):
             for path, _ in places(cert[top], (top,)):
                 if isinstance(path[-1], str) and "constants" not in path[:-1]:   # ledger names: PARSER_ONLY
-                    assert bool(errors(dropped(cert, path))) != (path[-1] in OPTIONAL), (name, path)
+                    assert invalid(dropped(cert, path)) != (path[-1] in OPTIONAL), (name, path)
 
 
 def wrong_types(value) -> list:
@@ -148,7 +155,7 @@ def test_wrong_types_are_invalid(cases):
                 for bad in wrong_types(value):
                     if isinstance(value, (dict, list)) and isinstance(bad, (dict, list)) and not value:
                         continue
-                    assert errors(M.put(cert, path, bad)), (name, path, bad)
+                    assert invalid(M.put(cert, path, bad)), (name, path, bad)
 
 
 def classify(cert, model_path) -> str:
@@ -176,7 +183,7 @@ def test_schema_and_parser_agree(cases):
     rng, unexplained, tally = random.Random(15), [], {"schema-invalid": 0, "explained": 0}
     for case in cases:
         for cert in structural_mutants(case, rng):
-            verdict, valid = classify(cert, case.model_path), not errors(cert)
+            verdict, valid = classify(cert, case.model_path), not invalid(cert)
             if not valid:
                 tally["schema-invalid"] += 1
                 assert verdict != "VERIFIED", (case.name, cert)

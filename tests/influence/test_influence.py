@@ -84,6 +84,7 @@ def test_obligations_and_figures(tmp_path):
     mpath, cpath, model, cert = build(tmp_path, **CONFIGS["L2-causal"])
     ob = verify(cpath, mpath, "flint")
     names = [o.name for o in ob.done]
+    assert names.pop() == "statement: the claim in words"      # after every kind obligation (verify)
     claimed = consts(cert)
     assert names[:len(claimed)] == [f"influence: constant {k}" for k in names_in_order(names)]
     assert set(names_in_order(names)) == set(claimed)
@@ -313,7 +314,7 @@ def test_corollary_verifies_and_holds(tmp_path):
         margin = parse_number(cert["claim"]["corollary"]["prediction"]["margin"], "margin")
         assert ob.figure("claim.corollary.prediction.margin") >= margin
         assert ob.figure("claim.corollary.movement") < margin
-        assert [o.name for o in ob.done][-3:] == ["influence corollary: prediction logit gap",
+        assert [o.name for o in ob.done][-4:-1] == ["influence corollary: prediction logit gap",
                                                   "influence corollary: gap_lipschitz",
                                                   "influence corollary: R changes cannot close the gap"]
     from tcert.generator.model.forward import predictions

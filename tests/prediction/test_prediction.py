@@ -120,7 +120,7 @@ def test_prediction_verifies_both_backends(models, name, tmp_path):
         ob = verify(path, model.path, backend)
         got = ob.certificate
         assert got["kind"] == "prediction" and f"next token is {p['predicted']}" in ob.summary
-        assert [o.name for o in ob.done] == ["prediction: logit gap"]
+        assert [o.name for o in ob.done] == ["prediction: logit gap", "statement: the claim in words"]
         certified[backend] = check_claim(make_backend(backend), model, cert["claim"], Obligations())
         assert ob.figure("claim.margin") == certified[backend]     # the certified min gap, as a figure
     # Both certified margins are within float error of the float gap and above the claim.
