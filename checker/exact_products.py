@@ -29,11 +29,11 @@ Cutting uses only float operations whose exact result is representable, so they 
 scaling by a power of two that neither overflows nor leaves a bit below 2^-1074, trunc, floor, ceil,
 and y - trunc(y) (the fractional part of a float is a float); see `_cut` and `interval_grid`.
 
-Interval operands are rounded outward to a grid of 2^-(S b - 1) of their row's magnitude (S =
-`slices`) and written as midpoint and radius on that grid; for a point W, {X W : lo <= X <= hi} lies
-in mid W +- rad |W| entrywise. Digit pairs below the grid (s + t >= S) and the radius term are bounded
-by rank-one envelopes (row maxima times column sums of |digits|), gathered into one more exact product
-(`_tail`); pairs above it are exact. Results (`Exact`, `ExactInterval`) are exact sums of integer
+Interval operands are rounded outward to a grid of 2^-(S b - 1) of their row's magnitude (S = 52 // b
+digits: the finest grid of float64 integers) and written as midpoint and radius on that grid; for a
+point W, {X W : lo <= X <= hi} lies in mid W +- rad |W| entrywise. Digit pairs with s + t < `keep`
+are multiplied exactly; the others and the radius term are bounded by rank-one envelopes (row maxima
+times column sums of |digits|), multiplied exactly too (`_tail`). Results (`Exact`, `ExactInterval`) are exact sums of integer
 matrices times powers of two. They leave the layer rounded outward once: `round_out` (any precision),
 `float_bounds` (float64 bounds, fast), and `to_arb_mat` / `to_mpf_rows`, the only functions that touch
 flint or mpmath (with `interval_from_arb` / `interval_from_mpf`, the way in).
@@ -122,16 +122,16 @@ class Slices:
     right factor): with scale c per row/column, value = 2^c * sum_s digits_s * 2^-(s+1)bits.
 
     `digits[s]` (float64 holding integers; rows x k for axis 0, k x columns for axis 1) covers the
-    rows or columns `index[s]`; digit s is zero elsewhere. Per digit and line, `line_max`,
-    `line_min` and `line_sum` of |digit|; `bound[s]` = (largest |digit|, largest line sum). The
-    statistics are measured on the digits (here, or by the cutter while a block is in cache)."""
+    rows or columns `index[s]`; digit s is zero elsewhere. Per digit and line, `line_max` and
+    `line_sum` of |digit|; `bound[s]` = (largest |digit|, largest line sum). The statistics are
+    measured on the digits (here, or by the cutter while a block is in cache)."""
 
     def __init__(self, digits, index, scale, bits: int, axis: int, shape, stats=None):
         self.digits, self.index, self.scale = tuple(digits), tuple(index), np.asarray(scale, dtype=np.int64)
         self.bits, self.axis, self.shape = bits, axis, tuple(shape)
         if stats is None:
             stats = [_digit_stats(d, axis, check=True) for d in self.digits]
-        self.line_max, self.line_min, self.line_sum = (tuple(col) for col in zip(*stats)) if stats else ((), (), ())
+        self.line_max, self.line_sum = (tuple(col) for col in zip(*stats)) if stats else ((), ())
         self.bound = tuple((int(m.max(initial=0.0)), int(t.max(initial=0.0))) for m, t in zip(self.line_max, self.line_sum))
         _require(all(b < SAFE and t < SAFE for b, t in self.bound), "a digit or a line sum reaches 2^53")
 
@@ -139,7 +139,7 @@ class Slices:
     def T(self):
         """The same cut read as the transposed matrix's (rows and columns swapped)."""
         return Slices([d.T for d in self.digits], self.index, self.scale, self.bits, 1 - self.axis,
-                      self.shape[::-1], list(zip(self.line_max, self.line_min, self.line_sum)))
+                      self.shape[::-1], list(zip(self.line_max, self.line_sum)))
 
     @cached_property
     def abs_upper(self):
@@ -161,13 +161,13 @@ class Slices:
 
 
 def _digit_stats(d, axis: int, check: bool = False):
-    """(line max, line min, line sum) of |d| along the lines of `axis` (sums exact: integers < 2^53);
-    with `check`, also that d holds integers (digits made elsewhere than by the cutter)."""
+    """(line max, line sum) of |d| along the lines of `axis` (sums exact: integers < 2^53); with
+    `check`, also that d holds integers (digits made elsewhere than by the cutter)."""
     a = np.abs(d)
     red = 1 - axis
     if check:
         _require(d.dtype == np.float64 and np.array_equal(a, np.floor(a)), "a digit is not an integer")
-    return a.max(axis=red, initial=0.0), a.min(axis=red, initial=np.inf), a.sum(axis=red)
+    return a.max(axis=red, initial=0.0), a.sum(axis=red)
 
 
 def _scaled_digits(y, bits: int, axis: int, first: int):
@@ -231,11 +231,11 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
             parts.setdefault(s, []).append((idx + start, d, _digit_stats(d, axis)))
     depth = max(parts, default=-1) + 1
     empty = [(np.zeros(0, np.int64), np.zeros((0, x.shape[1])) if axis == 0 else np.zeros((x.shape[0], 0)),
-              (np.zeros(0), np.zeros(0), np.zeros(0)))]
+              (np.zeros(0), np.zeros(0)))]
     got = [parts.get(s, empty) for s in range(depth)]
     index = [np.concatenate([i for i, _, _ in g]) for g in got]
     digits = [np.concatenate([d for _, d, _ in g], axis=axis) for g in got]
-    stats = [tuple(np.concatenate([st[c] for _, _, st in g]) for c in range(3)) for g in got]
+    stats = [tuple(np.concatenate([st[c] for _, _, st in g]) for c in range(2)) for g in got]
     return Slices(digits, index, top if scale is None else scale, bits, axis, x.shape, stats)
 
 
@@ -251,36 +251,64 @@ def cut_cols(x, bits: int) -> Slices:
     return _cut(np.asarray(x), bits, 1)
 
 
-def interval_grid(x: Interval, bits: int, slices: int):
-    """(mid, rad): x rounded outward to a per-row grid and written as midpoint and radius, both cut
-    into at most `slices` digits of `bits` bits on the row scale c = t + 1 (|endpoints| < 2^t).
+def interval_grid(x: Interval, bits: int):
+    """(mid, rad, uniform): x rounded outward to a per-row grid and written as midpoint and radius,
+    both cut into S = 52 // bits digits of `bits` bits on the row scale c = t + 1 (|endpoints| < 2^t);
+    `uniform`: every row's radius is at most NARROW grid units, or at most twice its smallest.
 
-    With g = c - slices bits: lo' = floor(lo 2^-g), hi' = ceil(hi 2^-g). Exact: where |lo| < 2^g the
-    answer (0, or -1 for lo < 0; 1 or 0 for hi) is taken without scaling, elsewhere lo 2^-g is >= 1
-    in magnitude (no bit below 2^-52) and below 2^(t-g) = 2^(slices bits - 1) <= 2^51. Then
-    mid = floor((lo' + hi') / 2) and rad = hi' - mid = ceil((hi' - lo') / 2) are integers of
-    magnitude <= 2^(slices bits - 1) (exact in float64), and [lo, hi] lies in 2^g [mid - rad, mid + rad]."""
-    _require(slices * bits <= 52, f"{slices} digits of {bits} bits exceed a float64 grid")
+    With g = c - S bits: lo' = floor(lo 2^-g), hi' = ceil(hi 2^-g). Exact: when every g <= 0 the
+    scaling only raises bits; otherwise, where |lo| < 2^g the answer (0, or -1 for lo < 0; 1 or 0 for
+    hi) is taken without scaling, and elsewhere lo 2^-g is >= 1 in magnitude (no bit below 2^-52).
+    Always |lo 2^-g| < 2^(t-g) = 2^(S bits - 1) <= 2^51. Then mid = floor((lo' + hi') / 2) and
+    rad = hi' - mid = ceil((hi' - lo') / 2) are integers of magnitude <= 2^(S bits - 1) (exact in
+    float64), and [lo, hi] lies in 2^g [mid - rad, mid + rad]: a grid of 2^-(S bits - 1) of the
+    row's magnitude (2^-43 for bits = 22)."""
+    _require(1 <= bits <= 26, f"digit width {bits} outside 1..26")
+    slices = 52 // bits
     c = np.maximum(row_tops(x.lo), row_tops(x.hi)) + 1
     g = (c - slices * bits)[:, None]
-    with np.errstate(over="ignore"):
-        unit = np.ldexp(1.0, np.minimum(g, 2000).astype(np.int32))   # 2^g (inf above, 0 below range)
-    lo = np.where(np.abs(x.lo) < unit, np.where(x.lo < 0, -1.0, 0.0), np.floor(np.ldexp(x.lo, -g)))
-    hi = np.where(np.abs(x.hi) < unit, np.where(x.hi > 0, 1.0, 0.0), np.ceil(np.ldexp(x.hi, -g)))
+    lo, hi = np.floor(np.ldexp(x.lo, -g)), np.ceil(np.ldexp(x.hi, -g))
+    if np.any(g > 0):
+        with np.errstate(over="ignore"):
+            unit = np.ldexp(1.0, np.minimum(g, 2000).astype(np.int32))
+        lo = np.where(np.abs(x.lo) < unit, np.where(x.lo < 0, -1.0, 0.0), lo)
+        hi = np.where(np.abs(x.hi) < unit, np.where(x.hi > 0, 1.0, 0.0), hi)
     _require(np.all(lo <= hi), "an interval with its lower end above its upper end")
     mid = np.floor((lo + hi) / 2)
-    width = np.full(len(c), slices * bits, dtype=np.int64)
-    return cut_rows(mid, bits, width, c), cut_rows(hi - mid, bits, width, c)
+    rad = hi - mid
+    top, least = rad.max(axis=1, initial=0.0), rad.min(axis=1, initial=0.0)
+    uniform = bool(np.all((top <= NARROW) | (top <= 2 * least)))
+    return _integer_cut(mid, bits, slices, c), _integer_cut(rad, bits, slices, c), uniform
+
+
+def _integer_cut(v, bits: int, count: int, scale) -> Slices:
+    """Rows of integers |v| < 2^(count bits) (float64) cut into `count` digits on row scale `scale`:
+    the matrix is 2^(scale - count bits) v. Digit s = trunc(rest 2^-(count-1-s)bits), then rest <-
+    rest - digit 2^(count-1-s)bits: integers below 2^52 scaled by powers of two, truncated and
+    subtracted, every result an integer below 2^52, so nothing rounds."""
+    digits, index, stats, rest = [], [], [], v
+    for s in range(count):
+        shift = (count - 1 - s) * bits
+        d = np.trunc(np.ldexp(rest, -shift)) if shift else rest
+        if shift:
+            rest = rest - np.ldexp(d, shift)
+        lines = np.flatnonzero(d.any(axis=1))
+        if len(lines) < len(d):
+            d = d[lines]
+        digits.append(d)
+        index.append(lines)
+        stats.append(_digit_stats(d, 0))
+    return Slices(digits, index, scale, bits, 0, v.shape, stats)
 
 
 # --- exact products ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Exact:
-    """value[i, j] = 2^(row_scale[i] + col_scale[j]) * sum over terms (offset, M, bound) of
-    M[i, j] 2^offset; every M holds integers (float64 with |M| <= bound <= 2^53, or int64 with
-    |M| <= bound < 2^62) and every offset is a multiple of `unit` (the digit width). Nothing was
-    rounded."""
+    """value[i, j] = 2^(row_scale[i] + col_scale[j]) * sum over terms (offset, M, bound, sign) of
+    sign M[i, j] 2^offset; every M holds integers (float64 with |M| <= bound <= 2^53, or int64 with
+    |M| <= bound < 2^62), sign is +1 or -1 (so negating copies nothing) and every offset is a
+    multiple of `unit` (the digit width). Nothing was rounded."""
 
     terms: tuple
     row_scale: np.ndarray
@@ -292,7 +320,7 @@ class Exact:
         return (len(self.row_scale), len(self.col_scale))
 
     def __neg__(self):
-        return Exact(tuple((o, -m, b) for o, m, b in self.terms), self.row_scale, self.col_scale, self.unit)
+        return Exact(tuple((o, m, b, -sg) for o, m, b, sg in self.terms), self.row_scale, self.col_scale, self.unit)
 
     def __add__(self, other):
         _require(other.unit == self.unit and np.array_equal(other.row_scale, self.row_scale)
@@ -304,7 +332,7 @@ class Exact:
 
     @property
     def T(self):
-        return Exact(tuple((o, m.T, b) for o, m, b in self.terms), self.col_scale, self.row_scale, self.unit)
+        return Exact(tuple((o, m.T, b, sg) for o, m, b, sg in self.terms), self.col_scale, self.row_scale, self.unit)
 
 
 @dataclass(frozen=True)
@@ -380,7 +408,7 @@ def _digit_products(a: Slices, b: Slices, pairs) -> Exact:
             _require_exact(bound)
             part = a.digits[s][:, start:stop] @ b.digits[t][start:stop, :]
             _accumulate(groups, -(s + t + 2) * a.bits, rows, cols, part, bound, (m, n))
-    return Exact(tuple((o, *groups[o]) for o in sorted(groups)), a.scale, b.scale, a.bits)
+    return Exact(tuple((o, *groups[o], 1) for o in sorted(groups)), a.scale, b.scale, a.bits)
 
 
 def _envelope(a: Slices, s: int, b: Slices, t: int):
@@ -397,25 +425,26 @@ def _envelope(a: Slices, s: int, b: Slices, t: int):
 
 
 def _tail(envelopes, row_scale, col_scale, unit) -> Exact:
-    """Exact terms sum_p u_p v_p^T 2^o_p from rank-one envelopes, one per offset: the envelopes at an
-    offset are multiplied as [u_p] @ [v_p], an exact product while sum_p max u_p max v_p <= 2^53
-    (a batch is closed before it would pass; one envelope alone is <= k 2^2b <= 2^53). Nothing is
-    rounded up, so a row with small envelopes keeps them small whatever its neighbours carry."""
-    groups, terms = {}, []
-    for u, v, o in envelopes:
-        if u.any() and v.any():
-            groups.setdefault(o, []).append((u, v, int(u.max()) * int(v.max())))
-    for o in sorted(groups):
-        batch = []
-        for item in groups[o] + [None]:
-            if batch and (item is None or sum(b for _, _, b in batch) + item[2] > SAFE):
-                bound = sum(b for _, _, b in batch)
-                _require_exact(bound)
-                tail = np.stack([u for u, _, _ in batch], axis=1) @ np.stack([v for _, v, _ in batch])
-                terms.append((o, tail, bound))
-                batch = []
-            if item is not None:
-                batch.append(item)
+    """Exact terms T = sum_p u_p v_p^T 2^o_p from rank-one envelopes, without rounding anything up:
+    from the lowest offset upward, an envelope joins the current term at offset o_g as
+    v_p 2^(o_p - o_g) (exact: an integer times a power of two >= 1) while sum max u max v <= 2^53,
+    so the term [u_p] @ [v_p 2^(o_p - o_g)] is an exact product; otherwise it opens a new term at
+    o_p (one envelope alone is <= k 2^2b <= 2^53)."""
+    batches = []                              # [offset, [(u, scaled v)], bound]
+    for u, v, o in sorted((e for e in envelopes if e[0].any() and e[1].any()), key=lambda e: e[2]):
+        if batches:
+            base, members, bound = batches[-1]
+            extra = (int(u.max()) * int(v.max())) << (o - base)
+            if bound + extra <= SAFE:
+                members.append((u, np.ldexp(v, o - base)))
+                batches[-1][2] = bound + extra
+                continue
+        batches.append([o, [(u, v)], int(u.max()) * int(v.max())])
+    terms = []
+    for base, members, bound in batches:
+        _require_exact(bound)
+        tail = np.stack([u for u, _ in members], axis=1) @ np.stack([v for _, v in members])
+        terms.append((base, tail, bound, 1))
     return Exact(tuple(terms), row_scale, col_scale, unit)
 
 
@@ -431,38 +460,32 @@ def point_product(a: Slices, b: Slices, keep=None):
     return ExactInterval(centre - tail, centre + tail)
 
 
-def interval_product(x: Interval, w: Slices, slices: int = 2) -> ExactInterval:
+def interval_product(x: Interval, w: Slices, keep: int = 2) -> ExactInterval:
     """Exact bounds of X W over every point X of the interval matrix x, for a point W cut by
-    `cut_cols`: x is rounded outward to a grid of 2^-(slices bits - 1) of each row's magnitude
-    (`interval_grid`); then mid W +- rad U with U = `w.abs_upper` >= |W|: digit pairs of mid W with
-    s + t < slices exactly, the others and rad U by envelopes (rad U exactly where a radius digit
-    exceeds NARROW). Cost: the pairs s + t < slices, about 3 float64 products for slices = 2."""
-    mid, rad = interval_grid(x, w.bits, slices)
+    `cut_cols`: x is rounded outward to a grid of 2^-(S bits - 1) of each row's magnitude
+    (`interval_grid`); then mid W +- rad U with U = `w.abs_upper` >= |W|. Digit pairs of mid W with
+    s + t < keep are multiplied exactly, the others bounded by envelopes; so is rad U when the radius
+    is uniform (each row's digit envelopes sum to at most max rad + 2^bits grid units, so to at most
+    2 max rad when rad has two digits, and max rad <= 2 rad on a row uniform within 2x: at most 4
+    times the exact term; or it is below NARROW units), else rad U is multiplied exactly. Cost: the
+    pairs s + t < keep, 3 float64 products for keep = 2 (the bounded pairs then add about
+    k 2^-2bits of the row-column scale to the width), 4 to 5 for keep = 3 (then the grid dominates)."""
+    mid, rad, uniform = interval_grid(x, w.bits)
     pairs = [(s, t) for s in range(len(mid.digits)) for t in range(len(w.digits))]
-    centre = _digit_products(mid, w, [(s, t) for s, t in pairs if s + t < slices])
+    centre = _digit_products(mid, w, [(s, t) for s, t in pairs if s + t < keep])
     upper = w.abs_upper
-    envelopes = [_envelope(mid, s, w, t) for s, t in pairs if s + t >= slices]
-    wide = []
-    for s in range(len(rad.digits) if upper.digits else 0):
-        if _uniform(rad, s):
-            envelopes.append(_envelope(rad, s, upper, 0))
-        else:
-            wide.append((s, 0))
-    radius = _digit_products(rad, upper, wide) + _tail(envelopes, mid.scale, w.scale, w.bits)
+    envelopes = [_envelope(mid, s, w, t) for s, t in pairs if s + t >= keep]
+    radius_pairs = [(s, 0) for s in range(len(rad.digits))] if upper.digits else []
+    if uniform:
+        envelopes += [_envelope(rad, s, upper, t) for s, t in radius_pairs]
+        radius_pairs = []
+    radius = _digit_products(rad, upper, radius_pairs) + _tail(envelopes, mid.scale, w.scale, w.bits)
     return ExactInterval(centre - radius, centre + radius)
 
 
-def _uniform(rad: Slices, s: int) -> bool:
-    """Whether an envelope of radius digit s is close to the exact rad_s U: on every row its largest
-    entry is at most NARROW grid units (then the term is no larger than the pairs already bounded)
-    or at most twice its smallest (then the envelope is at most twice the exact term)."""
-    top, least = rad.line_max[s], rad.line_min[s]
-    return bool(np.all((top <= NARROW) | (top <= 2 * least)))
-
-
-def point_interval_product(w: Slices, x: Interval, slices: int = 2) -> ExactInterval:
+def point_interval_product(w: Slices, x: Interval, keep: int = 2) -> ExactInterval:
     """Exact bounds of W X for a point W cut by `cut_rows` and an interval matrix x: (W X)^T = X^T W^T."""
-    return interval_product(x.T, w.T, slices).T
+    return interval_product(x.T, w.T, keep).T
 
 
 # --- leaving the layer: one outward rounding ---------------------------------------------------------
@@ -504,15 +527,15 @@ def _limbs(x: Exact, rows):
     [0, 2^unit)), the sign (True: negative) and the offset of digit 0. Terms are added per offset
     (settling a position before it could overflow), carries propagated with floor shifts (the last
     carry is 0 or -1), and a negative value (carry -1, two's complement) complemented."""
-    u, base = x.unit, min(o for o, _, _ in x.terms)
-    npos = (max(o for o, _, _ in x.terms) - base) // u + 64 // u + 3
+    u, base = x.unit, min(o for o, _, _, _ in x.terms)
+    npos = (max(o for o, _, _, _ in x.terms) - base) // u + 64 // u + 3
     shape = (rows.stop - rows.start, x.shape[1])
     acc, bounds = [np.zeros(shape, dtype=np.int64) for _ in range(npos)], [0] * npos
-    for o, m, b in x.terms:
+    for o, m, b, sg in x.terms:
         q = (o - base) // u
         if bounds[q] + b >= ACC_LIMIT:
             _settle(acc, bounds, q, u)
-        acc[q] += m[rows].astype(np.int64)
+        acc[q] += sg * m[rows].astype(np.int64)
         bounds[q] += b
     mask, carry = (1 << u) - 1, np.zeros(shape, dtype=np.int64)
     for q in range(npos):
@@ -607,13 +630,7 @@ def exact_fractions(x: Exact) -> list:
 def float_bounds(x):
     """(lo, hi) float64 arrays with lo <= value <= hi, for x an Exact or ExactInterval, by exact
     operations only; the fast way out (a few passes over the result, in cache-sized row chunks).
-
-    With o the largest offset: value / 2^o = sum of the terms at o + sum over the other terms of
-    floor(M 2^(o_t - o)) + f, where 0 <= f < (number of other terms) =: r. So value / 2^o lies in
-    [X, X + r], X an integer whose bound is known from the terms' bounds. X is formed in float64 when
-    that bound is <= 2^53 (each scaled term, floor and partial sum exact), else in int64 (< 2^62);
-    X and X + r are then rounded down and up to float64 (`_to_float`). The width is about (r + 1)
-    units of 2^o plus one float64 ulp."""
+    The width is a few units of 2^(o - sigma) (`_chunk_total`) plus one float64 ulp at each end."""
     ends = (x, x) if isinstance(x, Exact) else (x.lo, x.hi)
     lo, hi = np.zeros(ends[0].shape), np.zeros(ends[1].shape)
     step = max(1, CACHE_CHUNK // max(1, ends[0].shape[1]))
@@ -621,29 +638,46 @@ def float_bounds(x):
         rows = slice(start, start + step)
         low = _chunk_total(ends[0], rows)
         high = low if ends[1] is ends[0] else _chunk_total(ends[1], rows)
-        lo[rows] = _to_float(low[0], low[1], False)
-        hi[rows] = _to_float(high[0] + high[2] if high[2] else high[0], high[1], True)
+        lo[rows] = _to_float(low[0] - low[2] if low[2] else low[0], low[1], False)
+        hi[rows] = _to_float(high[0] + high[3] if high[3] else high[0], high[1], True)
     return lo, hi
 
 
 def _chunk_total(x: Exact, rows):
-    """(X, e, r) for rows of x per `float_bounds`: value / 2^e lies in [X, X + r] entrywise."""
-    n = x.shape[1]
-    e = np.broadcast_to(x.row_scale[rows, None] + x.col_scale[None, :], (len(x.row_scale[rows]), n))
+    """(X, e, below, above) for rows of x: value 2^-e lies in [X - below, X + above] entrywise.
+
+    With o the largest offset and sigma >= 0 chosen from the measured largest |term at o| so that X
+    and X +- (below, above) stay below 2^53: X = sum of the terms at o times 2^sigma + sum over other terms of
+    floor(M 2^(o_t - o + sigma)) (each adds 1 to `above`: the floor drops less than one), and e =
+    o - sigma + row and column scales. A term with bound * 2^(o_t - o + sigma) < 1 contributes less
+    than one unit either way: it is skipped, adding 1 to `below` and to `above`. Every scaled term,
+    floor and partial sum is an integer below 2^53 in float64 (int64 below 2^62 when the terms at o
+    alone pass 2^53), so nothing rounds."""
+    scale = x.row_scale[rows, None] + x.col_scale[None, :]
     if not x.terms:
-        return np.zeros(e.shape), e, 0
-    top = max(o for o, _, _ in x.terms)
-    bound = sum((b >> (top - o)) + 1 for o, _, b in x.terms)
-    _require(bound < ACC_LIMIT, "a float bound's integer part could overflow")
-    exact_float = bound <= SAFE and all(m.dtype == np.float64 for _, m, _ in x.terms)
-    total = np.zeros(e.shape, dtype=np.float64 if exact_float else np.int64)
-    for o, m, _ in x.terms:
-        if exact_float:
-            total += m[rows] if o == top else np.floor(np.ldexp(m[rows], o - top))
+        return np.zeros(scale.shape), scale, 0, 0
+    top = max(o for o, _, _, _ in x.terms)
+    peak = sum(int(max(m[rows].max(initial=0), -m[rows].min(initial=0))) for o, m, _, _ in x.terms if o == top)
+    lower = sum((b >> (top - o)) + 2 for o, _, b, _ in x.terms if o != top)
+    _require(peak + lower < ACC_LIMIT, "a float bound's integer part could overflow")
+    sigma = max(0, 52 - (peak + lower).bit_length())       # then |X| 2^sigma < 2^52
+    as_float = peak + lower + len(x.terms) <= SAFE
+    total = np.zeros(scale.shape, dtype=np.float64 if as_float else np.int64)
+    below = above = 0
+    for o, m, b, sg in x.terms:
+        part = m[rows] if as_float else m[rows].astype(np.int64)
+        part = -part if sg < 0 else part
+        if o == top:
+            total += np.ldexp(part, sigma) if sigma else part
+        elif b < 2 ** (top - o - sigma):
+            below, above = below + 1, above + 1
+        elif as_float:
+            total += np.floor(np.ldexp(part, o - top + sigma))
+            above += 1
         else:
-            part = m[rows].astype(np.int64)
-            total += part if o == top else part >> min(top - o, 63)
-    return total, e + top, sum(o != top for o, _, _ in x.terms)
+            total += part >> (top - o - sigma)
+            above += 1
+    return total, scale + (top - sigma), below, above
 
 
 def _to_float(v, e, up: bool):
@@ -654,14 +688,15 @@ def _to_float(v, e, up: bool):
     if v.dtype != np.float64 or e.min(initial=0) < MIN_EXP:
         v = v.astype(np.int64)
         bits = np.frexp(np.abs(v).astype(np.float64))[1]     # may exceed the bit length by one: safe
-        sh = np.minimum(np.maximum(np.maximum(bits - 53, MIN_EXP - e), 0), 63)
-        v, e = (-((-v) >> sh) if up else v >> sh).astype(np.float64), e + sh   # |v| <= 2^53: exact
+        sh = np.maximum(np.maximum(bits - 53, MIN_EXP - e), 0)
+        cut = np.minimum(sh, 63)           # |v| < 2^62: a shift by 63 already gives floor (ceil) 0 or -1 (1)
+        v, e = (-((-v) >> cut) if up else v >> cut).astype(np.float64), e + sh  # |v| <= 2^53: exact
+    if e.max(initial=0) <= 1024 - 54:
+        return np.ldexp(v, e.astype(np.int32))
     with np.errstate(over="ignore"):
         f = np.ldexp(v, np.minimum(e, 2000).astype(np.int32))
-    if not np.isfinite(f).all():
-        big = np.finfo(np.float64).max
-        f = np.where(np.isinf(f) & ((f < 0) if up else (f > 0)), -big if up else big, f)
-    return f
+    big = np.finfo(np.float64).max
+    return np.where(np.isinf(f) & ((f < 0) if up else (f > 0)), -big if up else big, f)
 
 
 # --- the way in from, and out to, the interval libraries --------------------------------------------
