@@ -8,7 +8,8 @@ Paper-scale shapes (random float32 weights, N(0, 0.02); left operands N(0, 0.5) 
 For each: float64 numpy product; the exact point product (float32 left operand, all digit pairs);
 the interval x point product (left operand an interval: `narrow` = +-2^-60 relative, as an Arb ball
 at 64 bits; `chained` = +-2^-40 relative, as after earlier rounded steps) with the digit pairs
-s + t < keep multiplied exactly, keep 2 and 3; the float64 exit (`float_bounds`) and the exit into Arb at 64 bits (`round_out` +
+s + t < keep multiplied exactly, keep 2 and 3, each with the float64 exit (`float_bounds`); the
+result's way into Arb (from float64 bounds, or rounded to 62 bits by `round_out`, then
 `to_arb_mat`); python-flint's arb_mat product of the same floats at 64 bits; the one-time cost of
 cutting the weight matrix; and the median relative width of each enclosure.
 Then: building one 512 x 30522 Arb matrix from stored floats the current way (nested tolist, one
@@ -29,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flint  # noqa: E402
 
 from tcert.checker import exact_products as ep  # noqa: E402
+from tcert.checker import exact_rounding as er  # noqa: E402
 
 SHAPES = {"unembed": (64, 512, 30522), "mlp": (1536, 512, 2048)}
 
@@ -62,31 +64,45 @@ def bench_shape(name, shape, repeat, skip_arb):
     t_upper, _ = best(lambda: wcut.abs_upper, 1)
     rows = [("float64 numpy product", t_f64, None)]
     t, c = best(lambda: ep.point_product(ep.cut_rows(a, bits), wcut), repeat)
-    t_exit, (lo, hi) = best(lambda: ep.float_bounds(c), repeat)
+    t_exit, (lo, hi) = best(lambda: er.float_bounds(c), repeat)
     rows += [("exact point product (all digit pairs)", t, None), ("  + float64 exit (float_bounds)", t + t_exit, width(lo, hi, exact))]
     for label, rel in (("narrow", 2.0 ** -60), ("chained", 2.0 ** -40)):
         x = ep.Interval(a - np.abs(a) * rel, a + np.abs(a) * rel)
         for keep in (2, 3):
             t, r = best(lambda: ep.interval_product(x, wcut, keep), repeat)
-            t_exit, (lo, hi) = best(lambda: ep.float_bounds(r), repeat)
+            t_exit, (lo, hi) = best(lambda: er.float_bounds(r), repeat)
             rows.append((f"interval x point, {label}, keep {keep}, + float64 exit", t + t_exit, width(lo, hi, exact)))
     x = ep.Interval(a - np.abs(a) * 2.0 ** -60, a + np.abs(a) * 2.0 ** -60)
     r = ep.interval_product(x, wcut)
     flint.ctx.prec = 64
-    t_round, rounded = best(lambda: ep.round_out(r, 62), 1)
-    t_arb_exit, _ = best(lambda: ep.to_arb_mat(rounded), 1)
-    rows += [("exit into Arb at 64 bits: round_out(62)", t_round, None), ("  + to_arb_mat", t_round + t_arb_exit, None)]
+    t_bounds, bounds = best(lambda: er.float_bounds(r), 1)
+    t_arb_floats, _ = best(lambda: er.to_arb_mat(bounds), 1)
+    t_round, rounded = best(lambda: er.round_out(r, 62), 1)
+    t_arb_exit, _ = best(lambda: er.to_arb_mat(rounded), 1)
+    rows += [("interval result into Arb: float_bounds + to_arb_mat", t_bounds + t_arb_floats, None),
+             ("interval result into Arb: round_out(62) + to_arb_mat", t_round + t_arb_exit, None)]
     if not skip_arb:
         t_arb_w, warb = best(lambda: current_arb(w), 1)
         aarb = current_arb(a)
         t_arb, prod = best(lambda: aarb * warb, 1)
-        rows += [("Arb: build W the current way (one arb per entry)", t_arb_w, None), ("Arb: arb_mat product at 64 bits", t_arb, None)]
+        rows += [("Arb: build W the current way (one arb per entry)", t_arb_w, None),
+                 ("Arb: arb_mat product at 64 bits (point x point)", t_arb, arb_width(prod, exact))]
     print(f"\n{name}: {m} x {k} @ {k} x {n}, digits of {bits} bits, W cut into {len(wcut.digits)} digits "
           f"(lines per digit {[len(i) for i in wcut.index]})")
     print(f"  one-time: cut W {t_cut:.3f} s ({t_cut / t_f64:.1f}x), |W| upper digit {t_upper:.3f} s ({t_upper / t_f64:.1f}x)")
     for label, t, wid in rows:
         extra = "" if wid is None else f"   median rel. width {wid:.2e}"
         print(f"  {label:58s} {t:8.3f} s  {t / t_f64:6.2f}x{extra}")
+
+
+def arb_width(prod, exact, samples=300):
+    """Median relative width 2 rad / |exact| of an Arb result, on a sample of entries."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i, j in zip(rng.integers(0, exact.shape[0], samples), rng.integers(0, exact.shape[1], samples)):
+        if exact[i, j]:
+            out.append(2 * float(prod[int(i), int(j)].rad()) / abs(exact[i, j]))
+    return float(np.median(out))
 
 
 def current_arb(x):

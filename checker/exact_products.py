@@ -33,15 +33,15 @@ Interval operands are rounded outward to a grid of 2^-(S b - 1) of their row's m
 digits: the finest grid of float64 integers) and written as midpoint and radius on that grid; for a
 point W, {X W : lo <= X <= hi} lies in mid W +- rad |W| entrywise. Digit pairs with s + t < `keep`
 are multiplied exactly; the others and the radius term are bounded by rank-one envelopes (row maxima
-times column sums of |digits|), multiplied exactly too (`_tail`). Results (`Exact`, `ExactInterval`) are exact sums of integer
-matrices times powers of two. They leave the layer rounded outward once: `round_out` (any precision),
-`float_bounds` (float64 bounds, fast), and `to_arb_mat` / `to_mpf_rows`, the only functions that touch
-flint or mpmath (with `interval_from_arb` / `interval_from_mpf`, the way in).
+times column sums of |digits|), multiplied exactly too (`_tail`). Results (`Exact`,
+`ExactInterval`) are exact sums of integer matrices times powers of two. They leave the layer
+rounded outward once, by `exact_rounding`
+(`round_out` at any precision, `float_bounds` as float64, `to_arb_mat` / `to_mpf_rows` into the
+interval libraries, and `interval_from_arb` / `interval_from_mpf` the way in); this module touches
+neither flint nor mpmath.
 """
 
-import math
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -50,7 +50,6 @@ SAFE = 1 << 53            # every integer of magnitude <= 2^53 is a binary64 num
 ACC_LIMIT = 1 << 62       # int64 accumulators stay below this (room for one more addition)
 MAX_BLOCK = 1 << 21       # the longest inner dimension of one product (b = 16)
 CUT_CHUNK = 1 << 17       # entries per block when cutting (cache-sized temporaries)
-CACHE_CHUNK = 1 << 15     # entries per chunk when rounding (cache-sized temporaries)
 MIN_EXP = -1074           # the lowest bit of a binary64 number
 BAND = 20                 # digits per exponent band when cutting (see _cut)
 NARROW = 4                # radius digits up to this are bounded by an envelope, larger ones exactly
@@ -111,8 +110,8 @@ def row_tops(x: np.ndarray) -> np.ndarray:
 # --- cutting into integer digits ----------------------------------------------------------------------
 
 def bits_for(k: int) -> int:
-    """The largest b with min(k, 2^21) * 2^(2b) <= 2^53: digits of b bits make every digit product
-    of inner dimension <= 2^21 exact (module docstring)."""
+    """b = floor((53 - ceil(log2 kb)) / 2) for kb = min(k, 2^21), so kb 2^(2b) <= 2^53: digits of b
+    bits make every digit product of inner dimension <= 2^21 exact (module docstring)."""
     kb = max(1, min(int(k), MAX_BLOCK))
     return (53 - (kb - 1).bit_length()) // 2
 
@@ -132,7 +131,8 @@ class Slices:
         if stats is None:
             stats = [_digit_stats(d, axis, check=True) for d in self.digits]
         self.line_max, self.line_sum = (tuple(col) for col in zip(*stats)) if stats else ((), ())
-        self.bound = tuple((int(m.max(initial=0.0)), int(t.max(initial=0.0))) for m, t in zip(self.line_max, self.line_sum))
+        self.bound = tuple((int(m.max(initial=0.0)), int(t.max(initial=0.0)))
+                           for m, t in zip(self.line_max, self.line_sum))
         _require(all(b < SAFE and t < SAFE for b, t in self.bound), "a digit or a line sum reaches 2^53")
 
     @property
@@ -217,6 +217,7 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
     """x (exact float64) cut into digits of `bits` bits along `axis` (module docstring), by blocks of
     lines; each block's digits are compressed to the lines that have them and measured in cache."""
     _require(1 <= bits <= 26, f"digit width {bits} outside 1..26")
+    _finite_float64(x)
     red = 1 - axis
     own = np.frexp(np.abs(x).max(axis=red, initial=0.0))[1].astype(np.int64)
     top = own if top is None else np.asarray(top, dtype=np.int64)
@@ -237,6 +238,13 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
     digits = [np.concatenate([d for _, d, _ in g], axis=axis) for g in got]
     stats = [tuple(np.concatenate([st[c] for _, _, st in g]) for c in range(2)) for g in got]
     return Slices(digits, index, top if scale is None else scale, bits, axis, x.shape, stats)
+
+
+def _finite_float64(x):
+    """The layer's contract: finite float64 matrices (a float32 array would make ldexp, trunc and
+    then BLAS work in binary32, where the 2^53 argument does not apply)."""
+    _require(isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim == 2, "not a float64 matrix")
+    _require(np.isfinite(x).all(), "a non-finite entry")
 
 
 def cut_rows(x, bits: int, top=None, scale=None) -> Slices:
@@ -264,6 +272,9 @@ def interval_grid(x: Interval, bits: int):
     float64), and [lo, hi] lies in 2^g [mid - rad, mid + rad]: a grid of 2^-(S bits - 1) of the
     row's magnitude (2^-43 for bits = 22)."""
     _require(1 <= bits <= 26, f"digit width {bits} outside 1..26")
+    _finite_float64(x.lo)
+    _finite_float64(x.hi)
+    _require(x.lo.shape == x.hi.shape, f"interval ends of shapes {x.lo.shape} and {x.hi.shape}")
     slices = 52 // bits
     c = np.maximum(row_tops(x.lo), row_tops(x.hi)) + 1
     g = (c - slices * bits)[:, None]
@@ -320,7 +331,8 @@ class Exact:
         return (len(self.row_scale), len(self.col_scale))
 
     def __neg__(self):
-        return Exact(tuple((o, m, b, -sg) for o, m, b, sg in self.terms), self.row_scale, self.col_scale, self.unit)
+        terms = tuple((o, m, b, -sg) for o, m, b, sg in self.terms)
+        return Exact(terms, self.row_scale, self.col_scale, self.unit)
 
     def __add__(self, other):
         _require(other.unit == self.unit and np.array_equal(other.row_scale, self.row_scale)
@@ -332,7 +344,8 @@ class Exact:
 
     @property
     def T(self):
-        return Exact(tuple((o, m.T, b, sg) for o, m, b, sg in self.terms), self.col_scale, self.row_scale, self.unit)
+        terms = tuple((o, m.T, b, sg) for o, m, b, sg in self.terms)
+        return Exact(terms, self.col_scale, self.row_scale, self.unit)
 
 
 @dataclass(frozen=True)
@@ -486,281 +499,3 @@ def interval_product(x: Interval, w: Slices, keep: int = 2) -> ExactInterval:
 def point_interval_product(w: Slices, x: Interval, keep: int = 2) -> ExactInterval:
     """Exact bounds of W X for a point W cut by `cut_rows` and an interval matrix x: (W X)^T = X^T W^T."""
     return interval_product(x.T, w.T, keep).T
-
-
-# --- leaving the layer: one outward rounding ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class Rounded:
-    """lo_man 2^lo_exp <= value <= hi_man 2^hi_exp entrywise (int64 arrays; object arrays of Python
-    ints above 62 bits)."""
-
-    lo_man: np.ndarray
-    lo_exp: np.ndarray
-    hi_man: np.ndarray
-    hi_exp: np.ndarray
-
-
-def _bitlen(mag):
-    """Bit lengths of int64 magnitudes below 2^53 (frexp of an exactly converted integer)."""
-    return np.frexp(mag.astype(np.float64))[1].astype(np.int64)
-
-
-def _floor_shift(v, sh):
-    """floor(v 2^sh) entrywise for int64 v (|v| < 2^62) and int64 shifts of either sign; arithmetic
-    right shift is floor (clipped at 63, already floor). Callers keep left-shifted results < 2^62."""
-    return np.where(sh >= 0, np.left_shift(v, np.clip(sh, 0, 62)), np.right_shift(v, np.clip(-sh, 0, 63)))
-
-
-def _settle(acc, bounds, q, unit):
-    """Move all but the low `unit` bits of position q into position q + 1 (exact; keeps |acc| < 2^62)."""
-    if bounds[q + 1] + (bounds[q] >> unit) + 1 >= ACC_LIMIT:
-        _settle(acc, bounds, q + 1, unit)
-    acc[q + 1] += acc[q] >> unit
-    acc[q] &= (1 << unit) - 1
-    bounds[q + 1] += (bounds[q] >> unit) + 1
-    bounds[q] = (1 << unit) - 1
-
-
-def _limbs(x: Exact, rows):
-    """For rows `rows` of x: the base-2^unit digits of |value| (least significant first, each in
-    [0, 2^unit)), the sign (True: negative) and the offset of digit 0. Terms are added per offset
-    (settling a position before it could overflow), carries propagated with floor shifts (the last
-    carry is 0 or -1), and a negative value (carry -1, two's complement) complemented."""
-    u, base = x.unit, min(o for o, _, _, _ in x.terms)
-    npos = (max(o for o, _, _, _ in x.terms) - base) // u + 64 // u + 3
-    shape = (rows.stop - rows.start, x.shape[1])
-    acc, bounds = [np.zeros(shape, dtype=np.int64) for _ in range(npos)], [0] * npos
-    for o, m, b, sg in x.terms:
-        q = (o - base) // u
-        if bounds[q] + b >= ACC_LIMIT:
-            _settle(acc, bounds, q, u)
-        acc[q] += sg * m[rows].astype(np.int64)
-        bounds[q] += b
-    mask, carry = (1 << u) - 1, np.zeros(shape, dtype=np.int64)
-    for q in range(npos):
-        t = acc[q] + carry
-        acc[q], carry = t & mask, t >> u
-    _require(np.all((carry == 0) | (carry == -1)), "a carry did not settle")
-    neg, c = carry < 0, (carry < 0).astype(np.int64)
-    for q in range(npos):
-        t = np.where(neg, mask - acc[q], acc[q]) + c
-        acc[q], c = t & mask, t >> u
-    _require(not c.any(), "a magnitude outgrew its digits")
-    return acc, neg, base
-
-
-def _round_rows(x: Exact, rows, prec: int, min_exp):
-    """(lo_man, hi_man, exp) for rows of x: floor and ceiling of |value| at `prec` bits (and no bit
-    below 2^min_exp, if given), signed. Digits occupy disjoint bits, so floor(|v| / 2^s) is the sum
-    of each digit's floor-shifted part, and the remainder is nonzero iff some digit has a bit below s."""
-    digits, neg, base = _limbs(x, rows)
-    u = x.unit
-    msb = np.full(neg.shape, -1, dtype=np.int64)
-    for q in range(len(digits) - 1, -1, -1):
-        msb = np.where((msb < 0) & (digits[q] != 0), q * u + _bitlen(digits[q]) - 1, msb)
-    scale = base + x.row_scale[rows, None] + x.col_scale[None, :]
-    shift = np.maximum(msb + 1 - prec, 0)
-    if min_exp is not None:
-        shift = np.maximum(shift, min_exp - scale)
-    floor, rest = np.zeros(neg.shape, dtype=np.int64), np.zeros(neg.shape, dtype=bool)
-    for q, d in enumerate(digits):
-        floor += _floor_shift(d, q * u - shift)
-        rest |= (d & (np.left_shift(1, np.clip(shift - q * u, 0, u)) - 1)) != 0
-    up = floor + rest
-    return np.where(neg, -up, floor), np.where(neg, -floor, up), shift + scale
-
-
-def _round_exact(x: Exact, prec: int, min_exp=None):
-    """(lo_man, hi_man, exp): x rounded outward to `prec` <= 62 bits, in chunks of rows."""
-    m, n = x.shape
-    lo, hi, ex = (np.zeros((m, n), dtype=np.int64) for _ in range(3))
-    if x.terms:
-        step = max(1, CACHE_CHUNK // max(1, n))
-        for start in range(0, m, step):
-            rows = slice(start, min(m, start + step))
-            lo[rows], hi[rows], ex[rows] = _round_rows(x, rows, prec, min_exp)
-    return lo, hi, ex
-
-
-def round_out(x, prec: int) -> Rounded:
-    """x (Exact or ExactInterval) rounded outward once to `prec` significant bits per entry: int64
-    mantissas up to 62 bits, Python ints (from `exact_integers`) beyond."""
-    _require(prec >= 2, f"rounding to {prec} bits")
-    ends = (x, x) if isinstance(x, Exact) else (x.lo, x.hi)
-    if prec > 62:
-        low = _round_big(ends[0], prec)
-        return Rounded(*low[:2], *(low if ends[1] is ends[0] else _round_big(ends[1], prec))[2:])
-    lo, hi, lo_e = _round_exact(ends[0], prec)
-    if ends[1] is ends[0]:
-        return Rounded(lo, lo_e, hi, lo_e)
-    _, hi, hi_e = _round_exact(ends[1], prec)
-    return Rounded(lo, lo_e, hi, hi_e)
-
-
-def _round_big(x: Exact, prec: int):
-    """(lo_man, lo_exp, hi_man, hi_exp) as object arrays: floor and ceiling at `prec` bits in Python."""
-    ints, exps = exact_integers(x)
-    out = [np.empty(x.shape, dtype=object) for _ in range(4)]
-    for (i, j), v in np.ndenumerate(ints):
-        s = max(abs(v).bit_length() - prec, 0)
-        e = int(exps[i, j]) + s
-        out[0][i, j], out[1][i, j], out[2][i, j], out[3][i, j] = v >> s, e, -((-v) >> s), e
-    return out
-
-
-def exact_integers(x: Exact):
-    """(N, e): an object array of Python ints and an int64 array with value = N 2^e exactly."""
-    m, n = x.shape
-    if not x.terms:
-        return np.zeros((m, n), dtype=object), np.zeros((m, n), dtype=np.int64)
-    digits, neg, base = _limbs(x, slice(0, m))
-    total = np.zeros((m, n), dtype=object)
-    for d in reversed(digits):
-        total = (total << x.unit) + d.astype(object)
-    return np.where(neg, -total, total), base + x.row_scale[:, None] + x.col_scale[None, :] + np.zeros((m, n), np.int64)
-
-
-def exact_fractions(x: Exact) -> list:
-    """Rows of exact Fractions (tests and audits: one Python object per entry)."""
-    total, e = exact_integers(x)
-    return [[Fraction(int(v)) * Fraction(2) ** int(s) for v, s in zip(r, es)] for r, es in zip(total, e)]
-
-
-def float_bounds(x):
-    """(lo, hi) float64 arrays with lo <= value <= hi, for x an Exact or ExactInterval, by exact
-    operations only; the fast way out (a few passes over the result, in cache-sized row chunks).
-    The width is a few units of 2^(o - sigma) (`_chunk_total`) plus one float64 ulp at each end."""
-    ends = (x, x) if isinstance(x, Exact) else (x.lo, x.hi)
-    lo, hi = np.zeros(ends[0].shape), np.zeros(ends[1].shape)
-    step = max(1, CACHE_CHUNK // max(1, ends[0].shape[1]))
-    for start in range(0, ends[0].shape[0], step):
-        rows = slice(start, start + step)
-        low = _chunk_total(ends[0], rows)
-        high = low if ends[1] is ends[0] else _chunk_total(ends[1], rows)
-        lo[rows] = _to_float(low[0] - low[2] if low[2] else low[0], low[1], False)
-        hi[rows] = _to_float(high[0] + high[3] if high[3] else high[0], high[1], True)
-    return lo, hi
-
-
-def _chunk_total(x: Exact, rows):
-    """(X, e, below, above) for rows of x: value 2^-e lies in [X - below, X + above] entrywise.
-
-    With o the largest offset and sigma >= 0 chosen from the measured largest |term at o| so that X
-    and X +- (below, above) stay below 2^53: X = sum of the terms at o times 2^sigma + sum over other terms of
-    floor(M 2^(o_t - o + sigma)) (each adds 1 to `above`: the floor drops less than one), and e =
-    o - sigma + row and column scales. A term with bound * 2^(o_t - o + sigma) < 1 contributes less
-    than one unit either way: it is skipped, adding 1 to `below` and to `above`. Every scaled term,
-    floor and partial sum is an integer below 2^53 in float64 (int64 below 2^62 when the terms at o
-    alone pass 2^53), so nothing rounds."""
-    scale = x.row_scale[rows, None] + x.col_scale[None, :]
-    if not x.terms:
-        return np.zeros(scale.shape), scale, 0, 0
-    top = max(o for o, _, _, _ in x.terms)
-    peak = sum(int(max(m[rows].max(initial=0), -m[rows].min(initial=0))) for o, m, _, _ in x.terms if o == top)
-    lower = sum((b >> (top - o)) + 2 for o, _, b, _ in x.terms if o != top)
-    _require(peak + lower < ACC_LIMIT, "a float bound's integer part could overflow")
-    sigma = max(0, 52 - (peak + lower).bit_length())       # then |X| 2^sigma < 2^52
-    as_float = peak + lower + len(x.terms) <= SAFE
-    total = np.zeros(scale.shape, dtype=np.float64 if as_float else np.int64)
-    below = above = 0
-    for o, m, b, sg in x.terms:
-        part = m[rows] if as_float else m[rows].astype(np.int64)
-        part = -part if sg < 0 else part
-        if o == top:
-            total += np.ldexp(part, sigma) if sigma else part
-        elif b < 2 ** (top - o - sigma):
-            below, above = below + 1, above + 1
-        elif as_float:
-            total += np.floor(np.ldexp(part, o - top + sigma))
-            above += 1
-        else:
-            total += part >> (top - o - sigma)
-            above += 1
-    return total, scale + (top - sigma), below, above
-
-
-def _to_float(v, e, up: bool):
-    """A float64 <= v 2^e (up: >=) entrywise, for integers v (float64 below 2^53 or int64 below
-    2^62): v is shifted right (floor, or ceiling) until it has <= 53 bits and its lowest bit is >=
-    2^-1074, so converting it to float64 and scaling by a power of two is exact; beyond the largest
-    float the bound saturates outward. A float64 v with every e >= -1074 needs no shift."""
-    if v.dtype != np.float64 or e.min(initial=0) < MIN_EXP:
-        v = v.astype(np.int64)
-        bits = np.frexp(np.abs(v).astype(np.float64))[1]     # may exceed the bit length by one: safe
-        sh = np.maximum(np.maximum(bits - 53, MIN_EXP - e), 0)
-        cut = np.minimum(sh, 63)           # |v| < 2^62: a shift by 63 already gives floor (ceil) 0 or -1 (1)
-        v, e = (-((-v) >> cut) if up else v >> cut).astype(np.float64), e + sh  # |v| <= 2^53: exact
-    if e.max(initial=0) <= 1024 - 54:
-        return np.ldexp(v, e.astype(np.int32))
-    with np.errstate(over="ignore"):
-        f = np.ldexp(v, np.minimum(e, 2000).astype(np.int32))
-    big = np.finfo(np.float64).max
-    return np.where(np.isinf(f) & ((f < 0) if up else (f > 0)), -big if up else big, f)
-
-
-# --- the way in from, and out to, the interval libraries --------------------------------------------
-
-def _end_float(man: int, exp: int, up: bool) -> float:
-    """The float64 next below (up: above) man 2^exp, exactly; +-inf beyond the float range."""
-    s = max(abs(man).bit_length() - 53, MIN_EXP - exp, 0)
-    m = -((-man) >> s) if up else man >> s
-    try:
-        return math.ldexp(float(m), exp + s)       # m has <= 53 bits, lowest bit >= 2^-1074: exact
-    except OverflowError:
-        return math.inf if m > 0 else -math.inf
-
-
-def interval_from_arb(mat) -> Interval:
-    """The endpoints of a python-flint arb_mat, rounded outward to float64 (one step per entry)."""
-    m, n = mat.nrows(), mat.ncols()
-    ends = []
-    for x in mat.entries():
-        if not x.is_finite():
-            raise ValueError("a ball is not finite")
-        (lm, le), (hm, he) = x.lower().man_exp(), x.upper().man_exp()
-        ends.append((_end_float(int(lm), int(le), False), _end_float(int(hm), int(he), True)))
-    pairs = np.array(ends, dtype=np.float64).reshape(m, n, 2)
-    return Interval(pairs[..., 0], pairs[..., 1])
-
-
-def interval_from_mpf(rows) -> Interval:
-    """The endpoints of rows of mpmath iv.mpf intervals, rounded outward to float64."""
-    ends = []
-    for row in rows:
-        for x in row:
-            (sa, ma, ea, _), (sb, mb, eb, _) = x._mpi_
-            if (ma == 0 and ea != 0) or (mb == 0 and eb != 0):   # mpmath's nan / inf encodings
-                raise ValueError("an interval is not finite")
-            ends.append((_end_float(-ma if sa else ma, ea, False), _end_float(-mb if sb else mb, eb, True)))
-    pairs = np.array(ends, dtype=np.float64).reshape(len(rows), -1, 2)
-    return Interval(pairs[..., 0], pairs[..., 1])
-
-
-def to_arb_mat(r: Rounded):
-    """A python-flint arb_mat whose balls contain [lo, hi] entrywise: with a common exponent E, the
-    endpoints are Python ints L, H (value = L 2^E); the ball is L 2^E + (H - L) 2^E [0, 1], formed by
-    Arb's own outward-rounded matrix operations (at its working precision)."""
-    import flint
-
-    m, n = r.lo_man.shape
-    if not m or not n:
-        return flint.arb_mat(m, n)
-    base = int(min(r.lo_exp.min(), r.hi_exp.min()))
-    lo = [int(v) << int(s) for v, s in zip(r.lo_man.ravel().tolist(), (r.lo_exp - base).ravel().tolist())]
-    two = flint.arb(1).mul_2exp(base) if hasattr(flint.arb, "mul_2exp") else flint.arb(2) ** base
-    out = flint.arb_mat(m, n, lo) * two
-    if np.array_equal(r.lo_man, r.hi_man) and np.array_equal(r.lo_exp, r.hi_exp):
-        return out
-    hi = [int(v) << int(s) for v, s in zip(r.hi_man.ravel().tolist(), (r.hi_exp - base).ravel().tolist())]
-    width = flint.arb_mat(m, n, [h - lo_v for h, lo_v in zip(hi, lo)])
-    return out + width * (two * flint.arb(0).union(flint.arb(1)))
-
-
-def to_mpf_rows(r: Rounded) -> list:
-    """Rows of (lo, hi) mpmath raw mpf pairs, exact (`iv.make_mpf` takes them as they are)."""
-    from mpmath import libmp
-
-    cols = [a.tolist() for a in (r.lo_man, r.lo_exp, r.hi_man, r.hi_exp)]
-    return [[(libmp.from_man_exp(int(a), int(b)), libmp.from_man_exp(int(c), int(d)))
-             for a, b, c, d in zip(*row)] for row in zip(*cols)]

@@ -1,4 +1,4 @@
-"""Property tests of the exact linear-algebra layer (`checker/exact_products.py`).
+"""Property tests of the exact linear-algebra layer (`checker/exact_products.py`, `checker/exact_rounding.py`).
 
 Every product is compared with the exact Fraction product (or, on shapes too large for Fractions,
 with an independent exact computation modulo primes in int64): on matrices with subnormals, wide
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tcert.checker import exact_products as ep
+from tcert.checker import exact_rounding as er
 from tcert.checker.errors import BadInput, Rejected
 from tcert.testing import example_scale
 
@@ -51,7 +52,7 @@ def mpf_value(raw) -> Fraction:
     return (-1 if sign else 1) * value(man, exp)
 
 
-def rounded_ends(r: ep.Rounded, i, j):
+def rounded_ends(r: er.Rounded, i, j):
     return value(r.lo_man[i, j], r.lo_exp[i, j]), value(r.hi_man[i, j], r.hi_exp[i, j])
 
 
@@ -164,7 +165,7 @@ def test_wide_float64_spread_uses_several_bands_exactly():
     bits = ep.bits_for(a.shape[1])
     assert cut_value(ep.cut_rows(a, bits)) == fr(a)
     c = ep.point_product(ep.cut_rows(a, bits), ep.cut_cols(w, bits))
-    assert ep.exact_fractions(c) == fr_product(fr(a), fr(w))
+    assert er.exact_fractions(c) == fr_product(fr(a), fr(w))
 
 
 # --- exact point products ---------------------------------------------------------------------------
@@ -175,10 +176,10 @@ def test_point_product_equals_the_exact_product(pair, bits):
     a, b, _ = pair
     w = bits or ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    assert ep.exact_fractions(c) == fr_product(fr(a), fr(b))
+    assert er.exact_fractions(c) == fr_product(fr(a), fr(b))
     # B^T A^T from the transposed cuts (a column cut of B read as a row cut of B^T, and back)
     ct = ep.point_product(ep.cut_cols(b, w).T, ep.cut_rows(a, w).T)
-    assert ep.exact_fractions(ct) == fr_product(fr(b.T), fr(a.T))
+    assert er.exact_fractions(ct) == fr_product(fr(b.T), fr(a.T))
 
 
 @settings(max_examples=example_scale(25))
@@ -188,7 +189,7 @@ def test_point_product_exact_at_any_float_range(pair):
     a, b, _ = pair
     w = ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    assert ep.exact_fractions(c) == fr_product(fr(a), fr(b))
+    assert er.exact_fractions(c) == fr_product(fr(a), fr(b))
 
 
 def test_digits_at_the_magnitude_bound_are_exact_in_blas():
@@ -206,7 +207,7 @@ def test_digits_at_the_magnitude_bound_are_exact_in_blas():
         assert all(sl == 1 for sl in (len(ep.cut_rows(a, b).digits), len(ep.cut_cols(w, b).digits)))
         digit = (1 << b) - 1
         ints = (np.sign(a).astype(np.int64).sum(axis=1) * digit * digit).tolist()
-        ints_c, e = ep.exact_integers(c)
+        ints_c, e = er.exact_integers(c)
         for i in range(40):
             assert all(Fraction(int(v)) * TWO ** int(s) == Fraction(ints[i]) * TWO ** (-2 * b)
                        for v, s in zip(ints_c[i], e[i]))
@@ -221,7 +222,7 @@ def test_large_float32_product_matches_modular_arithmetic():
     a[rng.random(a.shape) < 0.05] = 0
     b = ep.bits_for(512)
     c = ep.point_product(ep.cut_rows(ep.exact_matrix(a), b), ep.cut_cols(ep.exact_matrix(w), b))
-    ints, e = ep.exact_integers(c)
+    ints, e = er.exact_integers(c)
     a_int = [[int(v) for v in row] for row in np.ldexp(a.astype(np.float64), 149).tolist()]  # exact
     w_int = [[int(v) for v in row] for row in np.ldexp(w.astype(np.float64), 149).tolist()]
     for p in (33554393, 67108859):  # primes below 2^26: k p^2 < 2^63
@@ -241,7 +242,7 @@ def test_inner_dimension_beyond_two_to_the_21_is_blocked():
     a = rng.integers(-(1 << 15), 1 << 15, size=(1, k)).astype(np.float64)
     w = rng.integers(-(1 << 15), 1 << 15, size=(k, 2)).astype(np.float64)
     c = ep.point_product(ep.cut_rows(a, 16), ep.cut_cols(w, 16))
-    ints, e = ep.exact_integers(c)
+    ints, e = er.exact_integers(c)
     want = (a.astype(np.int64) @ w.astype(np.int64))[0].tolist()   # |sum| < 2^52: exact in int64
     assert [Fraction(int(v)) * TWO ** int(s) for v, s in zip(ints[0], e[0])] == want
 
@@ -251,10 +252,10 @@ def test_empty_and_zero_matrices():
         a, w = np.zeros((m, k)), np.zeros((k, n))
         b = ep.bits_for(k)
         c = ep.point_product(ep.cut_rows(a, b), ep.cut_cols(w, b))
-        assert c.shape == (m, n) and all(v == 0 for row in ep.exact_fractions(c) for v in row)
-        lo, hi = ep.float_bounds(c)
+        assert c.shape == (m, n) and all(v == 0 for row in er.exact_fractions(c) for v in row)
+        lo, hi = er.float_bounds(c)
         assert lo.shape == (m, n) and not lo.any() and not hi.any()
-        r = ep.round_out(c, 53)
+        r = er.round_out(c, 53)
         assert not r.lo_man.any() and not r.hi_man.any()
 
 
@@ -266,7 +267,7 @@ def test_round_out_encloses_within_one_unit(pair, prec):
     a, b, _ = pair
     w = ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    exact, r = fr_product(fr(a), fr(b)), ep.round_out(c, prec)
+    exact, r = fr_product(fr(a), fr(b)), er.round_out(c, prec)
     for i, row in enumerate(exact):
         for j, v in enumerate(row):
             lo, hi = rounded_ends(r, i, j)
@@ -284,7 +285,7 @@ def test_float_bounds_enclose_and_are_tight(pair):
     a, b, _ = pair
     w = ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    lo, hi = ep.float_bounds(c)
+    lo, hi = er.float_bounds(c)
     top = max((o for o, _, _, _ in c.terms), default=0)
     big = Fraction(np.finfo(np.float64).max)
     for i, row in enumerate(fr_product(fr(a), fr(b))):
@@ -292,9 +293,10 @@ def test_float_bounds_enclose_and_are_tight(pair):
             lo_v = Fraction(float(lo[i, j])) if np.isfinite(lo[i, j]) else -big * 2 ** 2000
             hi_v = Fraction(float(hi[i, j])) if np.isfinite(hi[i, j]) else big * 2 ** 2000
             assert lo_v <= v <= hi_v
-            if abs(v) < big / 4:
-                unit = TWO ** (top + int(c.row_scale[i]) + int(c.col_scale[j]))
-                assert hi_v - lo_v <= 2 * len(c.terms) * unit + abs(v) * TWO ** -51 + TWO ** -1073
+            unit = TWO ** (top + int(c.row_scale[i]) + int(c.col_scale[j]))
+            allowed = 2 * len(c.terms) * unit + abs(v) * TWO ** -51 + TWO ** -1073
+            if abs(v) + allowed < big / 4:       # else a bound may saturate to +-inf / +-max
+                assert hi_v - lo_v <= allowed
 
 
 def test_float_bounds_below_the_smallest_subnormal_round_outward():
@@ -305,7 +307,7 @@ def test_float_bounds_below_the_smallest_subnormal_round_outward():
         a = np.array([[sign * 2.0 ** -60, 0.0], [sign * 3.0 * 2 ** -70, sign * 2.0 ** -71]])
         w = np.array([[2.0 ** -1020], [2.0 ** -1021]])
         for bits in (ep.bits_for(2), 5):
-            lo, hi = ep.float_bounds(ep.point_product(ep.cut_rows(a, bits), ep.cut_cols(w, bits)))
+            lo, hi = er.float_bounds(ep.point_product(ep.cut_rows(a, bits), ep.cut_cols(w, bits)))
             exact = fr_product(fr(a), fr(w))
             for i in range(2):
                 assert 0 < abs(exact[i][0]) < TWO ** -1074
@@ -316,7 +318,7 @@ def test_float_bounds_saturate_outward_beyond_the_float_range():
     a = np.array([[np.finfo(np.float64).max, np.finfo(np.float64).max]])
     w = np.array([[4.0, -4.0], [4.0, -4.0]])
     c = ep.point_product(ep.cut_rows(a, 20), ep.cut_cols(w, 20))
-    lo, hi = ep.float_bounds(c)
+    lo, hi = er.float_bounds(c)
     assert lo[0, 0] == np.finfo(np.float64).max and hi[0, 0] == np.inf
     assert lo[0, 1] == -np.inf and hi[0, 1] == -np.finfo(np.float64).max
 
@@ -335,18 +337,22 @@ def test_arb_and_mpmath_exits_take_results_in_exactly():
     try:
         flint.ctx.prec = 64
         for x in (c, ep.interval_product(ep.Interval(a - 2.0 ** -20, a + 2.0 ** -20), ep.cut_cols(w, b))):
-            r = ep.round_out(x, 62)
-            balls, rows = ep.to_arb_mat(r), ep.to_mpf_rows(r)
-            for i in range(5):
-                for j in range(6):
-                    lo, hi = rounded_ends(r, i, j)
-                    assert lo <= exact[i][j] <= hi
-                    ball = balls[i, j]
-                    assert value(*ball.lower().man_exp()) <= lo and hi <= value(*ball.upper().man_exp())
-                    if lo == hi:
-                        assert ball.rad() == 0 and value(*ball.mid().man_exp()) == lo
-                    pa, pb = rows[i][j]
-                    assert mpf_value(pa) == lo and mpf_value(pb) == hi
+            r, (flo, fhi) = er.round_out(x, 62), er.float_bounds(x)
+            for bounds in (r, (flo, fhi)):
+                balls, rows = er.to_arb_mat(bounds), er.to_mpf_rows(bounds)
+                for i in range(5):
+                    for j in range(6):
+                        if bounds is r:
+                            lo, hi = rounded_ends(r, i, j)
+                        else:
+                            lo, hi = Fraction(float(flo[i, j])), Fraction(float(fhi[i, j]))
+                        assert lo <= exact[i][j] <= hi
+                        ball = balls[i, j]
+                        assert value(*ball.lower().man_exp()) <= lo and hi <= value(*ball.upper().man_exp())
+                        if lo == hi:
+                            assert ball.rad() == 0 and value(*ball.mid().man_exp()) == lo
+                        pa, pb = rows[i][j]
+                        assert mpf_value(pa) == lo and mpf_value(pb) == hi
     finally:
         flint.ctx.prec = old
 
@@ -386,12 +392,13 @@ def box_range(lo, hi, w):
 def test_interval_product_encloses_every_point_and_is_tight(case, keep):
     """[lo, hi] of the result contains the exact range of X W over the box (so the product at every
     point of the intervals). Its width is at most twice the exact range's (the radius envelope of a
-    uniform row) plus a few grid units of each row's magnitude (rounding to the grid and the digit
-    pairs below it): so point and narrow intervals stay tight."""
+    uniform row), plus a few grid units of each row's magnitude (rounding to the grid and the digit
+    pairs below it), plus the radius times one unit of |W|'s upper digit (2^(c_j - bits) <= 2 max
+    |W_j| 2^-bits) per entry: so point and narrow intervals stay tight."""
     lo, hi, w = case
     b = ep.bits_for(lo.shape[1])
     r = ep.interval_product(ep.Interval(lo, hi), ep.cut_cols(w, b), keep)
-    got_lo, got_hi = ep.exact_fractions(r.lo), ep.exact_fractions(r.hi)
+    got_lo, got_hi = er.exact_fractions(r.lo), er.exact_fractions(r.hi)
     want_lo, want_hi = box_range(lo, hi, w)
     k = lo.shape[1]
     for i in range(lo.shape[0]):
@@ -399,7 +406,8 @@ def test_interval_product_encloses_every_point_and_is_tight(case, keep):
         for j in range(w.shape[1]):
             assert got_lo[i][j] <= want_lo[i][j] and want_hi[i][j] <= got_hi[i][j]
             wmax = max(abs(Fraction(float(v))) for v in w[:, j])
-            slack = TWO ** (12 - min(keep, 52 // b) * b) * k * t * wmax
+            widest = max(Fraction(float(h)) - Fraction(float(v)) for h, v in zip(hi[i], lo[i]))
+            slack = TWO ** (12 - min(keep, 52 // b) * b) * k * t * wmax + widest * k * wmax * TWO ** (2 - b)
             assert got_hi[i][j] - got_lo[i][j] <= 2 * (want_hi[i][j] - want_lo[i][j]) + slack
 
 
@@ -412,14 +420,14 @@ def test_point_times_interval_and_dropped_pairs_enclose(case):
     b = ep.bits_for(lo.shape[1])
     r = ep.point_interval_product(ep.cut_rows(w.T, b), ep.Interval(lo.T, hi.T))
     want_lo, want_hi = box_range(lo, hi, w)
-    got_lo, got_hi = ep.exact_fractions(r.lo), ep.exact_fractions(r.hi)
+    got_lo, got_hi = er.exact_fractions(r.lo), er.exact_fractions(r.hi)
     for i in range(lo.shape[0]):
         for j in range(w.shape[1]):
             assert got_lo[j][i] <= want_lo[i][j] and want_hi[i][j] <= got_hi[j][i]
     for keep in (1, 2):
         c = ep.point_product(ep.cut_rows(lo, b), ep.cut_cols(w, b), keep=keep)
         exact = fr_product(fr(lo), fr(w))
-        clo, chi = ep.exact_fractions(c.lo), ep.exact_fractions(c.hi)
+        clo, chi = er.exact_fractions(c.lo), er.exact_fractions(c.hi)
         assert all(clo[i][j] <= exact[i][j] <= chi[i][j] for i in range(len(exact)) for j in range(len(exact[0])))
 
 
@@ -437,13 +445,13 @@ def test_enclosures_contain_200_bit_reference_values(seed, source):
     try:
         mpmath.iv.prec, flint.ctx.prec = 64, 64
         if source == "mpmath":
-            x = ep.interval_from_mpf([[mpmath.iv.exp(mpmath.iv.mpf(float(v))) for v in row] for row in r])
+            x = er.interval_from_mpf([[mpmath.iv.exp(mpmath.iv.mpf(float(v))) for v in row] for row in r])
         else:
-            x = ep.interval_from_arb(flint.arb_mat([[flint.arb(float(v)).exp() for v in row] for row in r]))
+            x = er.interval_from_arb(flint.arb_mat([[flint.arb(float(v)).exp() for v in row] for row in r]))
         res = ep.interval_product(x, ep.cut_cols(w, ep.bits_for(k)))
-        lo, hi = ep.float_bounds(res)
-        rounded = ep.round_out(res, 62)
-        balls, rows = ep.to_arb_mat(rounded), ep.to_mpf_rows(rounded)
+        lo, hi = er.float_bounds(res)
+        rounded = er.round_out(res, 62)
+        balls, rows = er.to_arb_mat(rounded), er.to_mpf_rows(rounded)
     finally:
         mpmath.iv.prec, flint.ctx.prec = old_iv, old_flint
     with mpmath.workprec(200):
@@ -466,15 +474,18 @@ def test_interval_entry_rounds_outward_and_refuses_non_finite():
     try:
         flint.ctx.prec = 80
         third = flint.arb(1) / 3
-        x = ep.interval_from_arb(flint.arb_mat([[third, -third, flint.arb(2) ** -1080]]))
+        x = er.interval_from_arb(flint.arb_mat([[third, -third, flint.arb(2) ** -1080]]))
         for v, (lo, hi) in zip((Fraction(1, 3), Fraction(-1, 3), TWO ** -1080), zip(x.lo[0], x.hi[0])):
             assert Fraction(float(lo)) <= v <= Fraction(float(hi)) and lo < hi
+        huge = er.interval_from_arb(flint.arb_mat([[flint.arb(2) ** 2000, -flint.arb(2) ** 2000]]))
+        assert huge.lo[0, 0] == np.finfo(np.float64).max and huge.hi[0, 0] == np.inf   # saturated outward
+        assert huge.lo[0, 1] == -np.inf and huge.hi[0, 1] == -np.finfo(np.float64).max
         with pytest.raises(ValueError):
-            ep.interval_from_arb(flint.arb_mat([[flint.arb("nan")]]))
+            er.interval_from_arb(flint.arb_mat([[flint.arb("nan")]]))
     finally:
         flint.ctx.prec = old
     with pytest.raises(ValueError):
-        ep.interval_from_mpf([[mpmath.iv.mpf([1, mpmath.inf])]])
+        er.interval_from_mpf([[mpmath.iv.mpf([1, mpmath.inf])]])
 
 
 # --- the bound is asserted ---------------------------------------------------------------------------
@@ -489,7 +500,7 @@ def test_a_cut_too_wide_for_its_inner_dimension_raises_bound_violation():
         ep.point_product(ep.cut_rows(a, 26), ep.cut_cols(w, 26))
     b = ep.bits_for(k)
     c = ep.point_product(ep.cut_rows(a, b), ep.cut_cols(w, b))
-    assert ep.exact_fractions(c)[0][0] == k * (1 - TWO ** -26) ** 2
+    assert er.exact_fractions(c)[0][0] == k * (1 - TWO ** -26) ** 2
     with pytest.raises(ep.BoundViolation):   # a hand-made cut: non-integer or oversized digits
         ep.Slices([np.array([[0.5]])], [np.array([0])], [0], 8, 0, (1, 1))
     with pytest.raises(ep.BoundViolation):
@@ -498,6 +509,12 @@ def test_a_cut_too_wide_for_its_inner_dimension_raises_bound_violation():
         ep.interval_product(ep.Interval(np.ones((1, 2)), np.zeros((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
     with pytest.raises(ep.BoundViolation):
         ep.cut_rows(np.ones((1, 1)), 27)
+    with pytest.raises(ep.BoundViolation):   # binary32 digits would multiply in sgemm: refused
+        ep.cut_cols(np.ones((2, 2), dtype=np.float32), 20)
+    with pytest.raises(ep.BoundViolation):
+        ep.cut_rows(np.array([[1.0, np.inf]]), 20)
+    with pytest.raises(ep.BoundViolation):
+        ep.interval_product(ep.Interval(np.zeros((2, 2)), np.ones((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
 
 
 def test_bound_violation_is_an_internal_error_not_a_verdict():
