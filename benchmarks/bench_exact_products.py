@@ -1,6 +1,8 @@
 """Benchmark: exact products (`tcert.checker.exact_products`) against float64 numpy and Arb (a script
-that prints figures, not a test). Ratios are same-run: every figure of a shape is divided by that
-shape's float64 product time measured in the same run (best of --repeat).
+that prints figures, not a test). Ratios are same-run and interleaved: each figure is timed in
+alternation with that shape's float64 product (--repeat rounds of reference, candidate), and the ratio
+is the candidate's best over the reference's best in those rounds, so load drift on a shared machine
+moves both.
 
 Paper-scale shapes (random float32 weights, N(0, 0.02); left operands N(0, 0.5) as float32):
   unembed  64 x 512 @ 512 x 30522   (a block of residual rows times W_U)
@@ -35,6 +37,21 @@ from tcert.checker import exact_rounding as er  # noqa: E402
 SHAPES = {"unembed": (64, 512, 30522), "mlp": (1536, 512, 2048)}
 
 
+def against(fn, ref, repeat):
+    """(seconds, ratio, result): fn's best time, and its ratio to ref's best, over `repeat`
+    alternating rounds of ref then fn."""
+    t_ref = t_fn = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        ref()
+        mid = time.perf_counter()
+        result = fn()
+        end = time.perf_counter()
+        t_ref = mid - start if t_ref is None else min(t_ref, mid - start)
+        t_fn = end - mid if t_fn is None else min(t_fn, end - mid)
+    return t_fn, t_fn / t_ref, result
+
+
 def best(fn, repeat):
     """(seconds, result): the best of `repeat` wall-clock runs."""
     out, result = None, None
@@ -58,41 +75,41 @@ def bench_shape(name, shape, repeat, skip_arb):
     a32 = (rng.standard_normal((m, k)) * 0.5).astype(np.float32)
     w32 = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
     a, w = ep.exact_matrix(a32), ep.exact_matrix(w32)
-    t_f64, exact = best(lambda: a @ w, max(repeat, 5))
+    ref = lambda: a @ w  # noqa: E731
+    t_f64, exact = best(ref, max(repeat, 5))
     bits = ep.bits_for(k)
-    t_cut, wcut = best(lambda: ep.cut_cols(w, bits), 1)
-    t_upper, _ = best(lambda: wcut.abs_upper, 1)
-    rows = [("float64 numpy product", t_f64, None)]
-    t, c = best(lambda: ep.point_product(ep.cut_rows(a, bits), wcut), repeat)
-    t_exit, (lo, hi) = best(lambda: er.float_bounds(c), repeat)
-    rows += [("exact point product (all digit pairs)", t, None), ("  + float64 exit (float_bounds)", t + t_exit, width(lo, hi, exact))]
+    t_cut, _, wcut = against(lambda: ep.cut_cols(w, bits), ref, 1)
+    t_upper, _, _ = against(lambda: wcut.abs_upper, ref, 1)
+    rows = [("float64 numpy product", t_f64, 1.0, None)]
+    t, q, c = against(lambda: ep.point_product(ep.cut_rows(a, bits), wcut), ref, repeat)
+    rows.append(("exact point product (all digit pairs)", t, q, None))
+    t, q, (lo, hi) = against(lambda: er.float_bounds(ep.point_product(ep.cut_rows(a, bits), wcut)), ref, repeat)
+    rows.append(("  + float64 exit (float_bounds)", t, q, width(lo, hi, exact)))
     for label, rel in (("narrow", 2.0 ** -60), ("chained", 2.0 ** -40)):
         x = ep.Interval(a - np.abs(a) * rel, a + np.abs(a) * rel)
         for keep in (2, 3):
-            t, r = best(lambda: ep.interval_product(x, wcut, keep), repeat)
-            t_exit, (lo, hi) = best(lambda: er.float_bounds(r), repeat)
-            rows.append((f"interval x point, {label}, keep {keep}, + float64 exit", t + t_exit, width(lo, hi, exact)))
+            t, q, (lo, hi) = against(lambda: er.float_bounds(ep.interval_product(x, wcut, keep)), ref, repeat)
+            rows.append((f"interval x point, {label}, keep {keep}, + float64 exit", t, q, width(lo, hi, exact)))
     x = ep.Interval(a - np.abs(a) * 2.0 ** -60, a + np.abs(a) * 2.0 ** -60)
     r = ep.interval_product(x, wcut)
     flint.ctx.prec = 64
-    t_bounds, bounds = best(lambda: er.float_bounds(r), 1)
-    t_arb_floats, _ = best(lambda: er.to_arb_mat(bounds), 1)
-    t_round, rounded = best(lambda: er.round_out(r, 62), 1)
-    t_arb_exit, _ = best(lambda: er.to_arb_mat(rounded), 1)
-    rows += [("interval result into Arb: float_bounds + to_arb_mat", t_bounds + t_arb_floats, None),
-             ("interval result into Arb: round_out(62) + to_arb_mat", t_round + t_arb_exit, None)]
+    t, q, _ = against(lambda: er.to_arb_mat(er.float_bounds(r)), ref, 1)
+    rows.append(("interval result into Arb: float_bounds + to_arb_mat", t, q, None))
+    t, q, _ = against(lambda: er.to_arb_mat(er.round_out(r, 62)), ref, 1)
+    rows.append(("interval result into Arb: round_out(62) + to_arb_mat", t, q, None))
     if not skip_arb:
-        t_arb_w, warb = best(lambda: current_arb(w), 1)
+        t, q, warb = against(lambda: current_arb(w), ref, 1)
+        rows.append(("Arb: build W the current way (one arb per entry)", t, q, None))
         aarb = current_arb(a)
-        t_arb, prod = best(lambda: aarb * warb, 1)
-        rows += [("Arb: build W the current way (one arb per entry)", t_arb_w, None),
-                 ("Arb: arb_mat product at 64 bits (point x point)", t_arb, arb_width(prod, exact))]
+        t, q, prod = against(lambda: aarb * warb, ref, 1)
+        rows.append(("Arb: arb_mat product at 64 bits (point x point)", t, q, arb_width(prod, exact)))
     print(f"\n{name}: {m} x {k} @ {k} x {n}, digits of {bits} bits, W cut into {len(wcut.digits)} digits "
           f"(lines per digit {[len(i) for i in wcut.index]})")
-    print(f"  one-time: cut W {t_cut:.3f} s ({t_cut / t_f64:.1f}x), |W| upper digit {t_upper:.3f} s ({t_upper / t_f64:.1f}x)")
-    for label, t, wid in rows:
+    print(f"  one-time: cut W {t_cut:.3f} s ({t_cut / t_f64:.1f}x), |W| upper digit {t_upper:.3f} s "
+          f"({t_upper / t_f64:.1f}x)")
+    for label, t, q, wid in rows:
         extra = "" if wid is None else f"   median rel. width {wid:.2e}"
-        print(f"  {label:58s} {t:8.3f} s  {t / t_f64:6.2f}x{extra}")
+        print(f"  {label:58s} {t:8.3f} s  {q:6.2f}x{extra}")
 
 
 def arb_width(prod, exact, samples=300):

@@ -64,6 +64,17 @@ def _require(holds, what: str):
         raise BoundViolation(f"exact products: {what}")
 
 
+def _scaled(x, exps, axis: int):
+    """x 2^exps with one exponent per row (axis 0) or column (axis 1), for callers whose exact
+    result is representable: a multiplication by the power of two 2^exps when that is a normal
+    float (the same exact result, much faster than ldexp with an exponent array), else ldexp."""
+    exps = np.asarray(exps)
+    shaped = exps[:, None] if axis == 0 else exps[None, :]
+    if exps.size and -1022 <= exps.min() and exps.max() <= 1023:
+        return x * np.ldexp(1.0, shaped.astype(np.int32))
+    return np.ldexp(x, shaped)
+
+
 # --- inputs: float64 matrices as the exact rationals they hold --------------------------------------
 
 def exact_matrix(a) -> np.ndarray:
@@ -99,12 +110,6 @@ class Interval:
     @property
     def T(self):
         return Interval(self.lo.T, self.hi.T)
-
-
-def row_tops(x: np.ndarray) -> np.ndarray:
-    """Per row the least t with |x| < 2^t on the whole row (-1075 for an all-zero row)."""
-    top = np.abs(x).max(axis=1, initial=0.0)
-    return np.where(top > 0, np.frexp(top)[1], MIN_EXP - 1).astype(np.int64)
 
 
 # --- cutting into integer digits ----------------------------------------------------------------------
@@ -200,7 +205,7 @@ def _block_digits(x, top, bits: int, axis: int):
     smallest = np.min(mag, axis=red, initial=np.inf, where=mag > 0)
     low = np.where(np.isfinite(smallest), np.frexp(np.where(np.isfinite(smallest), smallest, 1.0))[1], top)
     if np.all(top - low < width):
-        return {s: (lines, d) for s, lines, d in _scaled_digits(np.ldexp(x, -t), bits, axis, 0)}
+        return {s: (lines, d) for s, lines, d in _scaled_digits(_scaled(x, -top, axis), bits, axis, 0)}
     band = np.where(x == 0, 0, (t - np.frexp(x)[1]) // width)
     out = {}
     for q in range(int(band.max()) + 1):
@@ -230,14 +235,19 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
             if len(idx) < len(lines):
                 d = d[idx] if axis == 0 else d[:, idx]
             parts.setdefault(s, []).append((idx + start, d, _digit_stats(d, axis)))
+    return _assemble(parts, x.shape, axis, top if scale is None else scale, bits)
+
+
+def _assemble(parts, shape, axis: int, scale, bits: int) -> Slices:
+    """The Slices of digit blocks {s: [(global line index, digits, stats)]}, joined along the lines."""
     depth = max(parts, default=-1) + 1
-    empty = [(np.zeros(0, np.int64), np.zeros((0, x.shape[1])) if axis == 0 else np.zeros((x.shape[0], 0)),
+    empty = [(np.zeros(0, np.int64), np.zeros((0, shape[1])) if axis == 0 else np.zeros((shape[0], 0)),
               (np.zeros(0), np.zeros(0)))]
     got = [parts.get(s, empty) for s in range(depth)]
     index = [np.concatenate([i for i, _, _ in g]) for g in got]
     digits = [np.concatenate([d for _, d, _ in g], axis=axis) for g in got]
     stats = [tuple(np.concatenate([st[c] for _, _, st in g]) for c in range(2)) for g in got]
-    return Slices(digits, index, top if scale is None else scale, bits, axis, x.shape, stats)
+    return Slices(digits, index, scale, bits, axis, shape, stats)
 
 
 def _finite_float64(x):
@@ -264,52 +274,75 @@ def interval_grid(x: Interval, bits: int):
     both cut into S = 52 // bits digits of `bits` bits on the row scale c = t + 1 (|endpoints| < 2^t);
     `uniform`: every row's radius is at most NARROW grid units, or at most twice its smallest.
 
-    With g = c - S bits: lo' = floor(lo 2^-g), hi' = ceil(hi 2^-g). Exact: when every g <= 0 the
-    scaling only raises bits; otherwise, where |lo| < 2^g the answer (0, or -1 for lo < 0; 1 or 0 for
-    hi) is taken without scaling, and elsewhere lo 2^-g is >= 1 in magnitude (no bit below 2^-52).
-    Always |lo 2^-g| < 2^(t-g) = 2^(S bits - 1) <= 2^51. Then mid = floor((lo' + hi') / 2) and
-    rad = hi' - mid = ceil((hi' - lo') / 2) are integers of magnitude <= 2^(S bits - 1) (exact in
-    float64), and [lo, hi] lies in 2^g [mid - rad, mid + rad]: a grid of 2^-(S bits - 1) of the
-    row's magnitude (2^-43 for bits = 22)."""
+    With g = c - S bits: lo' = floor(lo 2^-g), hi' = ceil(hi 2^-g). Exact: when g <= 0 the scaling
+    only raises bits; otherwise, where |lo| < 2^g the answer (0, or -1 for lo < 0; 1 or 0 for hi) is
+    taken without scaling, and elsewhere lo 2^-g is >= 1 in magnitude (no bit below 2^-52). Always
+    |lo 2^-g| < 2^(t-g) = 2^(S bits - 1) <= 2^51. Then mid = floor((lo' + hi') / 2) and rad = hi' -
+    mid = ceil((hi' - lo') / 2) are integers of magnitude <= 2^(S bits - 1) (exact in float64), and
+    [lo, hi] lies in 2^g [mid - rad, mid + rad]: a grid of 2^-(S bits - 1) of the row's magnitude
+    (2^-43 for bits = 22). Done by blocks of rows, so the temporaries stay in cache."""
     _require(1 <= bits <= 26, f"digit width {bits} outside 1..26")
     _finite_float64(x.lo)
     _finite_float64(x.hi)
     _require(x.lo.shape == x.hi.shape, f"interval ends of shapes {x.lo.shape} and {x.hi.shape}")
     slices = 52 // bits
-    c = np.maximum(row_tops(x.lo), row_tops(x.hi)) + 1
-    g = (c - slices * bits)[:, None]
-    lo, hi = np.floor(np.ldexp(x.lo, -g)), np.ceil(np.ldexp(x.hi, -g))
+    c = np.maximum(_row_tops(x.lo), _row_tops(x.hi)) + 1
+    mids, rads, uniform, step = {}, {}, True, max(1, CUT_CHUNK // max(1, x.shape[1]))
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        mid, rad = _grid_block(x.lo[rows], x.hi[rows], c[rows] - slices * bits)
+        top, least = rad.max(axis=1, initial=0.0), rad.min(axis=1, initial=0.0)
+        uniform = uniform and bool(np.all((top <= NARROW) | (top <= 2 * least)))
+        for parts, v, peak in ((mids, mid, None), (rads, rad, top.max(initial=0.0))):
+            for s, lines, d, stats in _integer_digits(v, bits, slices, peak):
+                parts.setdefault(s, []).append((lines + start, d, stats))
+    return _assemble(mids, x.shape, 0, c, bits), _assemble(rads, x.shape, 0, c, bits), uniform
+
+
+def _grid_block(lo, hi, g):
+    """(mid, rad) of rows of an interval matrix on the grid 2^g per row (see interval_grid)."""
+    a, b = _scaled(lo, -g, 0), _scaled(hi, -g, 0)
+    np.floor(a, out=a)
+    np.ceil(b, out=b)
+    g = g[:, None]
     if np.any(g > 0):
         with np.errstate(over="ignore"):
             unit = np.ldexp(1.0, np.minimum(g, 2000).astype(np.int32))
-        lo = np.where(np.abs(x.lo) < unit, np.where(x.lo < 0, -1.0, 0.0), lo)
-        hi = np.where(np.abs(x.hi) < unit, np.where(x.hi > 0, 1.0, 0.0), hi)
-    _require(np.all(lo <= hi), "an interval with its lower end above its upper end")
-    mid = np.floor((lo + hi) / 2)
-    rad = hi - mid
-    top, least = rad.max(axis=1, initial=0.0), rad.min(axis=1, initial=0.0)
-    uniform = bool(np.all((top <= NARROW) | (top <= 2 * least)))
-    return _integer_cut(mid, bits, slices, c), _integer_cut(rad, bits, slices, c), uniform
+        a = np.where(np.abs(lo) < unit, np.where(lo < 0, -1.0, 0.0), a)
+        b = np.where(np.abs(hi) < unit, np.where(hi > 0, 1.0, 0.0), b)
+    _require(np.all(a <= b), "an interval with its lower end above its upper end")
+    mid = a + b                     # |lo' + hi'| <= 2^(S bits) <= 2^52; halving and floor are exact
+    mid *= 0.5
+    np.floor(mid, out=mid)
+    return mid, np.subtract(b, mid, out=b)
 
 
-def _integer_cut(v, bits: int, count: int, scale) -> Slices:
-    """Rows of integers |v| < 2^(count bits) (float64) cut into `count` digits on row scale `scale`:
-    the matrix is 2^(scale - count bits) v. Digit s = trunc(rest 2^-(count-1-s)bits), then rest <-
+def _row_tops(x):
+    """Per row the least t with |x| < 2^t (-1075 for an all-zero row), from row maxima and minima."""
+    top = np.maximum(x.max(axis=1, initial=0.0), -x.min(axis=1, initial=0.0))
+    return np.where(top > 0, np.frexp(top)[1], MIN_EXP - 1).astype(np.int64)
+
+
+def _integer_digits(v, bits: int, count: int, peak=None):
+    """[(s, lines, digit, stats)]: rows of integers |v| < 2^(count bits) (float64) as `count` digits,
+    v = sum_s digit_s 2^(count-1-s)bits. Digit s = trunc(rest 2^-(count-1-s)bits), then rest <-
     rest - digit 2^(count-1-s)bits: integers below 2^52 scaled by powers of two, truncated and
-    subtracted, every result an integer below 2^52, so nothing rounds."""
-    digits, index, stats, rest = [], [], [], v
+    subtracted, every result an integer below 2^52, so nothing rounds. With `peak` >= |v|, a digit
+    above it is known to be zero and is skipped; `lines` are the rows where a digit is nonzero."""
+    out, rest = [], v
     for s in range(count):
         shift = (count - 1 - s) * bits
+        if peak is not None and peak < 2.0 ** shift:
+            continue
         d = np.trunc(np.ldexp(rest, -shift)) if shift else rest
         if shift:
             rest = rest - np.ldexp(d, shift)
-        lines = np.flatnonzero(d.any(axis=1))
+        top, total = _digit_stats(d, 0)
+        lines = np.flatnonzero(top > 0)
         if len(lines) < len(d):
-            d = d[lines]
-        digits.append(d)
-        index.append(lines)
-        stats.append(_digit_stats(d, 0))
-    return Slices(digits, index, scale, bits, 0, v.shape, stats)
+            d, top, total = d[lines], top[lines], total[lines]
+        out.append((s, lines, d, (top, total)))
+    return out
 
 
 # --- exact products ------------------------------------------------------------------------------------
@@ -456,7 +489,13 @@ def _tail(envelopes, row_scale, col_scale, unit) -> Exact:
     terms = []
     for base, members, bound in batches:
         _require_exact(bound)
-        tail = np.stack([u for u, _ in members], axis=1) @ np.stack([v for _, v in members])
+        u, v = np.stack([u for u, _ in members], axis=1), np.stack([v for _, v in members])
+        rows, cols = np.flatnonzero(u.any(axis=1)), np.flatnonzero(v.any(axis=0))
+        if len(rows) == len(u) and len(cols) == v.shape[1]:
+            tail = u @ v
+        else:   # an envelope on a few rows or columns: the product of its support only
+            tail = np.zeros((len(u), v.shape[1]))
+            _add_block(tail, rows, cols, u[rows] @ v[:, cols])
         terms.append((base, tail, bound, 1))
     return Exact(tuple(terms), row_scale, col_scale, unit)
 

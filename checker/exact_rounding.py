@@ -15,11 +15,10 @@ These functions and the two way-in ones are the only places the layer touches fl
 import math
 import sys
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-from tcert.checker.exact_products import ACC_LIMIT, MIN_EXP, SAFE, Exact, Interval, _require
+from tcert.checker.exact_products import ACC_LIMIT, MIN_EXP, SAFE, Exact, Interval, _require, _scaled
 
 CACHE_CHUNK = 1 << 15     # entries per chunk when rounding (cache-sized temporaries)
 
@@ -155,12 +154,6 @@ def exact_integers(x: Exact):
     return np.where(neg, -total, total), exps
 
 
-def exact_fractions(x: Exact) -> list:
-    """Rows of exact Fractions (tests and audits: one Python object per entry)."""
-    total, e = exact_integers(x)
-    return [[Fraction(int(v)) * Fraction(2) ** int(s) for v, s in zip(r, es)] for r, es in zip(total, e)]
-
-
 def float_bounds(x):
     """(lo, hi) float64 arrays with lo <= value <= hi, for x an Exact or ExactInterval, by exact
     operations only; the fast way out (a few passes over the result, in cache-sized row chunks).
@@ -172,24 +165,25 @@ def float_bounds(x):
         rows = slice(start, start + step)
         low = _chunk_total(ends[0], rows)
         high = low if ends[1] is ends[0] else _chunk_total(ends[1], rows)
-        lo[rows] = _to_float(low[0] - low[2] if low[2] else low[0], low[1], False)
-        hi[rows] = _to_float(high[0] + high[3] if high[3] else high[0], high[1], True)
+        lo[rows] = _to_float(low[0] - low[3] if low[3] else low[0], low[1], low[2], False)
+        hi[rows] = _to_float(high[0] + high[4] if high[4] else high[0], high[1], high[2], True)
     return lo, hi
 
 
 def _chunk_total(x: Exact, rows):
-    """(X, e, below, above) for rows of x: value 2^-e lies in [X - below, X + above] entrywise.
+    """(X, e_row, e_col, below, above) for rows of x: value 2^-(e_row + e_col) lies in
+    [X - below, X + above] entrywise.
 
     With o the largest offset and sigma >= 0 chosen from the measured largest |term at o| so that X
     and X +- (below, above) stay below 2^53: X = sum of the terms at o times 2^sigma + sum over other terms of
-    floor(M 2^(o_t - o + sigma)) (each adds 1 to `above`: the floor drops less than one), and e =
-    o - sigma + row and column scales. A term with bound * 2^(o_t - o + sigma) < 1 contributes less
+    floor(M 2^(o_t - o + sigma)) (each adds 1 to `above`: the floor drops less than one), e_row =
+    o - sigma + row scales, e_col = column scales. A term with bound * 2^(o_t - o + sigma) < 1 contributes less
     than one unit either way: it is skipped, adding 1 to `below` and to `above`. Every scaled term,
     floor and partial sum is an integer below 2^53 in float64 (int64 below 2^62 when the terms at o
     alone pass 2^53), so nothing rounds."""
-    scale = x.row_scale[rows, None] + x.col_scale[None, :]
+    e_row, e_col = x.row_scale[rows], x.col_scale
     if not x.terms:
-        return np.zeros(scale.shape), scale, 0, 0
+        return np.zeros((len(e_row), len(e_col))), e_row, e_col, 0, 0
     top = max(o for o, _, _, _ in x.terms)
     peak = sum(int(max(m[rows].max(initial=0), -m[rows].min(initial=0)))
                for o, m, _, _ in x.terms if o == top)
@@ -197,7 +191,7 @@ def _chunk_total(x: Exact, rows):
     _require(peak + lower < ACC_LIMIT, "a float bound's integer part could overflow")
     sigma = max(0, 52 - (peak + lower).bit_length())       # then |X| 2^sigma < 2^52
     as_float = peak + lower + len(x.terms) <= SAFE
-    total = np.zeros(scale.shape, dtype=np.float64 if as_float else np.int64)
+    total = np.zeros((len(e_row), len(e_col)), dtype=np.float64 if as_float else np.int64)
     below = above = 0
     for o, m, b, sg in x.terms:
         part = m[rows] if as_float else m[rows].astype(np.int64)
@@ -212,24 +206,31 @@ def _chunk_total(x: Exact, rows):
         else:
             total += part >> (top - o - sigma)
             above += 1
-    return total, scale + (top - sigma), below, above
+    return total, e_row + (top - sigma), e_col, below, above
 
 
-def _to_float(v, e, up: bool):
-    """A float64 <= v 2^e (up: >=) entrywise, for integers v (float64 below 2^53 or int64 below
-    2^62): v is shifted right (floor, or ceiling) until it has <= 53 bits and its lowest bit is >=
-    2^-1074, so converting it to float64 and scaling by a power of two is exact; beyond the largest
-    float the bound saturates outward. A float64 v with every e >= -1074 needs no shift."""
+def _to_float(v, e_row, e_col, up: bool):
+    """A float64 <= v 2^(e_row + e_col) (up: >=) entrywise, for integers v (float64 below 2^53 or
+    int64 below 2^62): v is shifted right (floor, or ceiling) until it has <= 53 bits and its lowest
+    bit is >= 2^-1074, so converting it to float64 and scaling by a power of two is exact; beyond the
+    largest float the bound saturates outward. A float64 v needs no shift when every exponent sum is
+    in [-1074, 970]: then v 2^e_row and v 2^e_row 2^e_col (an integer below 2^53 times powers of two,
+    each product's lowest bit >= 2^-1074 and magnitude < 2^1024) are exact."""
+    rows = (e_row.min(initial=0), e_row.max(initial=0))
+    sums = (rows[0] + e_col.min(initial=0), rows[1] + e_col.max(initial=0))
+    if v.dtype == np.float64 and MIN_EXP <= min(rows[0], sums[0]) and max(rows[1], sums[1]) <= 970:
+        return _scaled(_scaled(v, e_row, 0), e_col, 1)
+    e = e_row[:, None] + e_col[None, :]
     if v.dtype != np.float64 or e.min(initial=0) < MIN_EXP:
         v = v.astype(np.int64)
         bits = np.frexp(np.abs(v).astype(np.float64))[1]     # may exceed the bit length by one: safe
         sh = np.maximum(np.maximum(bits - 53, MIN_EXP - e), 0)
         cut = np.minimum(sh, 63)           # |v| < 2^62: a shift by 63 already gives floor (ceil) 0 or -1 (1)
         v, e = (-((-v) >> cut) if up else v >> cut).astype(np.float64), e + sh  # |v| <= 2^53: exact
-    if e.max(initial=0) <= 1024 - 54:
-        return np.ldexp(v, e.astype(np.int32))
     with np.errstate(over="ignore"):
         f = np.ldexp(v, np.minimum(e, 2000).astype(np.int32))
+    if e.max(initial=0) <= 1024 - 54:
+        return f
     big = np.finfo(np.float64).max
     return np.where(np.isinf(f) & ((f < 0) if up else (f > 0)), -big if up else big, f)
 

@@ -42,6 +42,12 @@ def fr_product(a, b) -> list:
     return [[sum((x * y for x, y in zip(row, col)), Fraction(0)) for col in cols] for row in a]
 
 
+def exact_fractions(x) -> list:
+    """Rows of the exact Fractions of an Exact result (from its exact integers)."""
+    total, e = er.exact_integers(x)
+    return [[Fraction(int(v)) * TWO ** int(s) for v, s in zip(r, es)] for r, es in zip(total, e)]
+
+
 def value(man, exp) -> Fraction:
     return Fraction(int(man)) * TWO ** int(exp)
 
@@ -165,7 +171,7 @@ def test_wide_float64_spread_uses_several_bands_exactly():
     bits = ep.bits_for(a.shape[1])
     assert cut_value(ep.cut_rows(a, bits)) == fr(a)
     c = ep.point_product(ep.cut_rows(a, bits), ep.cut_cols(w, bits))
-    assert er.exact_fractions(c) == fr_product(fr(a), fr(w))
+    assert exact_fractions(c) == fr_product(fr(a), fr(w))
 
 
 # --- exact point products ---------------------------------------------------------------------------
@@ -176,10 +182,10 @@ def test_point_product_equals_the_exact_product(pair, bits):
     a, b, _ = pair
     w = bits or ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    assert er.exact_fractions(c) == fr_product(fr(a), fr(b))
+    assert exact_fractions(c) == fr_product(fr(a), fr(b))
     # B^T A^T from the transposed cuts (a column cut of B read as a row cut of B^T, and back)
     ct = ep.point_product(ep.cut_cols(b, w).T, ep.cut_rows(a, w).T)
-    assert er.exact_fractions(ct) == fr_product(fr(b.T), fr(a.T))
+    assert exact_fractions(ct) == fr_product(fr(b.T), fr(a.T))
 
 
 @settings(max_examples=example_scale(25))
@@ -189,7 +195,7 @@ def test_point_product_exact_at_any_float_range(pair):
     a, b, _ = pair
     w = ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    assert er.exact_fractions(c) == fr_product(fr(a), fr(b))
+    assert exact_fractions(c) == fr_product(fr(a), fr(b))
 
 
 def test_digits_at_the_magnitude_bound_are_exact_in_blas():
@@ -252,7 +258,7 @@ def test_empty_and_zero_matrices():
         a, w = np.zeros((m, k)), np.zeros((k, n))
         b = ep.bits_for(k)
         c = ep.point_product(ep.cut_rows(a, b), ep.cut_cols(w, b))
-        assert c.shape == (m, n) and all(v == 0 for row in er.exact_fractions(c) for v in row)
+        assert c.shape == (m, n) and all(v == 0 for row in exact_fractions(c) for v in row)
         lo, hi = er.float_bounds(c)
         assert lo.shape == (m, n) and not lo.any() and not hi.any()
         r = er.round_out(c, 53)
@@ -398,7 +404,7 @@ def test_interval_product_encloses_every_point_and_is_tight(case, keep):
     lo, hi, w = case
     b = ep.bits_for(lo.shape[1])
     r = ep.interval_product(ep.Interval(lo, hi), ep.cut_cols(w, b), keep)
-    got_lo, got_hi = er.exact_fractions(r.lo), er.exact_fractions(r.hi)
+    got_lo, got_hi = exact_fractions(r.lo), exact_fractions(r.hi)
     want_lo, want_hi = box_range(lo, hi, w)
     k = lo.shape[1]
     for i in range(lo.shape[0]):
@@ -420,14 +426,14 @@ def test_point_times_interval_and_dropped_pairs_enclose(case):
     b = ep.bits_for(lo.shape[1])
     r = ep.point_interval_product(ep.cut_rows(w.T, b), ep.Interval(lo.T, hi.T))
     want_lo, want_hi = box_range(lo, hi, w)
-    got_lo, got_hi = er.exact_fractions(r.lo), er.exact_fractions(r.hi)
+    got_lo, got_hi = exact_fractions(r.lo), exact_fractions(r.hi)
     for i in range(lo.shape[0]):
         for j in range(w.shape[1]):
             assert got_lo[j][i] <= want_lo[i][j] and want_hi[i][j] <= got_hi[j][i]
     for keep in (1, 2):
         c = ep.point_product(ep.cut_rows(lo, b), ep.cut_cols(w, b), keep=keep)
         exact = fr_product(fr(lo), fr(w))
-        clo, chi = er.exact_fractions(c.lo), er.exact_fractions(c.hi)
+        clo, chi = exact_fractions(c.lo), exact_fractions(c.hi)
         assert all(clo[i][j] <= exact[i][j] <= chi[i][j] for i in range(len(exact)) for j in range(len(exact[0])))
 
 
@@ -500,7 +506,7 @@ def test_a_cut_too_wide_for_its_inner_dimension_raises_bound_violation():
         ep.point_product(ep.cut_rows(a, 26), ep.cut_cols(w, 26))
     b = ep.bits_for(k)
     c = ep.point_product(ep.cut_rows(a, b), ep.cut_cols(w, b))
-    assert er.exact_fractions(c)[0][0] == k * (1 - TWO ** -26) ** 2
+    assert exact_fractions(c)[0][0] == k * (1 - TWO ** -26) ** 2
     with pytest.raises(ep.BoundViolation):   # a hand-made cut: non-integer or oversized digits
         ep.Slices([np.array([[0.5]])], [np.array([0])], [0], 8, 0, (1, 1))
     with pytest.raises(ep.BoundViolation):
