@@ -714,11 +714,11 @@ def certified_values(case) -> dict:
     """Check the case once (flint) with hooks on the kinds' internals; return the certified values:
     prediction/corollary margins, overwhelm deviation W and sample gap, accuracy count, influence needs."""
     import tcert.checker.kinds.influence as I
-    import tcert.checker.kinds.overwhelm as O
+    import tcert.checker.kinds.overwhelm.claim as O
     import tcert.checker.kinds.prediction as P
-    import tcert.checker.kinds.overwhelm.bounds as OB
+    import tcert.checker.kinds.overwhelm.naive_lp as OB
     with tempfile.TemporaryDirectory() as d, capture(P, "check_claim", []) as pc, \
-            capture(O, "check_claim", []) as oc, capture(OB, "deviation", []) as dev, \
+            capture(O, "check_claim", []) as oc, capture(OB, "certified_deviation", []) as dev, \
             capture(I, "derive", []) as need, capture(I, "check_prediction", []) as cor:
         verdict, summary = run_checker(case.cert, case.model_path, "flint", d)
     assert verdict == "verified", summary

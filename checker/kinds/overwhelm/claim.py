@@ -1,0 +1,114 @@
+"""The overwhelm claim (prefix s, query q, predicted k, designed free set T), where an evidence object sits,
+and the sample obligation (PTP): one t0 in T predicts k with the claimed margin."""
+
+from fractions import Fraction
+from typing import NamedTuple
+
+from tcert.checker.envelope import fields
+from tcert.checker.errors import BadInput
+from tcert.checker.kinds.prediction import check_claim, parse_claim as parse_prediction
+from tcert.checker.numbers import parse_int
+
+FREE_KINDS = ('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]} '
+              'or {"kind": "upto", "length": N}')
+
+
+class Question(NamedTuple):
+    """A parsed claim: for every free string t of the designed set, M(prefix + t + [query]) predicts
+    `predicted`. kind "any": every string of n_free tokens; "perm": every permutation of `multiset`;
+    "upto": every string of every length 0..n_free (one any:L question per length)."""
+
+    prefix: list
+    query: int
+    predicted: int
+    kind: str
+    n_free: int
+    multiset: list | None
+
+    def allowed(self, d_vocab: int) -> list:
+        """The distinct tokens a free position may hold."""
+        return list(range(d_vocab)) if self.multiset is None else sorted(set(self.multiset))
+
+    def free_words(self) -> str:
+        """The designed set in words, for the summary."""
+        if self.multiset is None:
+            return f"any string of {self.n_free} tokens"
+        return f"every permutation of {self.n_free} tokens"
+
+    def of_length(self, n_free: int) -> "Question":
+        """The any:n_free question with the same prefix, query and prediction (one length of upto)."""
+        return self._replace(kind="any", n_free=n_free, multiset=None)
+
+
+class Place(NamedTuple):
+    """Where one free length's evidence sits: its JSON path, and the free length inside an upto
+    certificate (None for a fixed-length certificate), which prefixes its obligation names."""
+
+    where: str = "evidence"
+    length: int | None = None
+
+    def title(self, method: str) -> str:
+        """The obligation-name prefix for this evidence's method: "overwhelm lp", "overwhelm upto: length 3, lp"."""
+        return f"overwhelm {method}" if self.length is None else f"overwhelm upto: length {self.length}, {method}"
+
+
+def parse_tokens(value, where: str, cfg, min_len: int) -> list:
+    """A JSON list of token ids of length min_len..n_ctx."""
+    if not isinstance(value, list) or not min_len <= len(value) <= cfg.n_ctx:
+        raise BadInput(f"{where}: must be a list of {min_len}..n_ctx={cfg.n_ctx} token ids")
+    return [parse_int(t, f"{where}[{i}]", 0, cfg.d_vocab - 1) for i, t in enumerate(value)]
+
+
+def parse_claim(claim: dict, cfg) -> Question:
+    """Validate the claim (free kind any, perm or upto) against the model config."""
+    fields(claim, "claim", {"prefix", "query", "predicted", "free"})
+    prefix = parse_tokens(claim["prefix"], "claim.prefix", cfg, 0)
+    query = parse_int(claim["query"], "claim.query", 0, cfg.d_vocab - 1)
+    k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)
+    free = claim["free"]
+    if not isinstance(free, dict) or free.get("kind") not in ("any", "perm", "upto"):
+        raise BadInput(FREE_KINDS)
+    if free["kind"] == "perm":
+        fields(free, "claim.free", {"kind", "tokens"})
+        multiset = parse_tokens(free["tokens"], "claim.free.tokens", cfg, 1)
+        n_free = len(multiset)
+    else:   # any: 1..n_ctx tokens; upto: every length 0..N
+        fields(free, "claim.free", {"kind", "length"})
+        n_free, multiset = parse_int(free["length"], "claim.free.length", int(free["kind"] == "any"), cfg.n_ctx), None
+    if len(prefix) + n_free + 1 > cfg.n_ctx:
+        raise BadInput(f"claim: n_fix + n_free + 1 = {len(prefix) + n_free + 1} exceeds n_ctx = {cfg.n_ctx}")
+    return Question(prefix, query, k, free["kind"], n_free, multiset)
+
+
+def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -> Fraction:
+    """The PTP obligation: the sample lies in the designed set and predicts k with its claimed margin,
+    which is returned (the prediction kind certifies it and records it under f"{where}.margin")."""
+    tokens, predicted, margin = parse_prediction(sample, model.config, where)
+    n_fix = len(q.prefix)
+    t0 = tokens[n_fix:-1]
+    with ob.step(f"{title}: sample in designed set"):
+        ob.require(tokens[:n_fix] == q.prefix and tokens[-1] == q.query and len(t0) == q.n_free,
+                   f"{where}.tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix, q.query)}) is not the "
+                   f"{n_fix}-token prefix + {q.n_free} free tokens + query {q.query}")
+        ob.require(q.multiset is None or sorted(t0) == sorted(q.multiset),
+                   f"the sample's free tokens {brief(sorted(t0))} are not a permutation of claim.free.tokens "
+                   f"{brief(sorted(q.multiset or []))} (both sorted)")
+    with ob.step(f"{title}: sample prediction"):
+        ob.require(predicted == q.predicted, f"the sample predicts {predicted}, the claim says {q.predicted}")
+    check_claim(B, model, sample, ob, where, W)
+    return margin
+
+
+def mismatch(tokens: list, prefix: list, query: int) -> str:
+    """Where a sample departs from prefix + ... + query, in words."""
+    for p, (a, b) in enumerate(zip(tokens, prefix)):
+        if a != b:
+            return f"token {a} at position {p} where the prefix has {b}"
+    if len(tokens) <= len(prefix):
+        return "no room for the free string and the query"
+    return f"last token {tokens[-1]}"
+
+
+def brief(tokens: list, limit: int = 12) -> str:
+    """A token list for a message, cut after `limit` entries."""
+    return str(tokens) if len(tokens) <= limit else f"[{', '.join(map(str, tokens[:limit]))}, ... ({len(tokens)})]"
