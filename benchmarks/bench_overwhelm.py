@@ -70,7 +70,7 @@ def build_model(path):
 
 def dominant_prefix_token(model, query, n_fix, n_free):
     """The token with the largest mean attention score from the query (over heads, offsets 1..64)."""
-    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables
+    from tcert.generator.overwhelm.tables import FloatModel, float_tables
     fm = FloatModel(model)
     T = float_tables(fm, [], query, list(range(model.config.d_vocab)), 64)
     return int(np.argmax(T["S"].mean(axis=(0, 2))))
@@ -78,7 +78,7 @@ def dominant_prefix_token(model, query, n_fix, n_free):
 
 def float_table_looseness(model, report, T):
     """(W with the exact float OV table over all tokens, W with the norm bound) at the same betas."""
-    from tcert.generator.overwhelm.naive_lp import FloatModel
+    from tcert.generator.overwhelm.tables import FloatModel
     fm = FloatModel(model)
     c = model.config
     total = np.zeros(c.d_vocab)
@@ -96,7 +96,8 @@ def float_table_looseness(model, report, T):
 
 def run_case(name, model, model_path, workdir, looseness):
     from tcert.generator import certificate
-    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables, format_report, generate
+    from tcert.generator.overwhelm.naive_lp import format_report, generate
+    from tcert.generator.overwhelm.tables import FloatModel, float_tables
     rng = np.random.default_rng(1)
     c = model.config
     query = int(rng.integers(0, c.d_vocab))

@@ -9,9 +9,6 @@ from tcert.checker.errors import BadInput
 from tcert.checker.kinds.prediction import check_claim, parse_claim as parse_prediction
 from tcert.checker.numbers import parse_int
 
-FREE_KINDS = ('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]} '
-              'or {"kind": "upto", "length": N}')
-
 
 class Question(NamedTuple):
     """A parsed claim: for every free string t of the designed set, M(prefix + t + [query]) predicts
@@ -34,10 +31,6 @@ class Question(NamedTuple):
         if self.multiset is None:
             return f"any string of {self.n_free} tokens"
         return f"every permutation of {self.n_free} tokens"
-
-    def of_length(self, n_free: int) -> "Question":
-        """The any:n_free question with the same prefix, query and prediction (one length of upto)."""
-        return self._replace(kind="any", n_free=n_free, multiset=None)
 
 
 class Place(NamedTuple):
@@ -67,7 +60,8 @@ def parse_claim(claim: dict, cfg) -> Question:
     k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)
     free = claim["free"]
     if not isinstance(free, dict) or free.get("kind") not in ("any", "perm", "upto"):
-        raise BadInput(FREE_KINDS)
+        raise BadInput('claim.free: must be {"kind": "any", "length": N} or {"kind": "perm", "tokens": [...]} '
+                       'or {"kind": "upto", "length": N}')
     if free["kind"] == "perm":
         fields(free, "claim.free", {"kind", "tokens"})
         multiset = parse_tokens(free["tokens"], "claim.free.tokens", cfg, 1)
@@ -88,7 +82,7 @@ def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -
     t0 = tokens[n_fix:-1]
     with ob.step(f"{title}: sample in designed set"):
         ob.require(tokens[:n_fix] == q.prefix and tokens[-1] == q.query and len(t0) == q.n_free,
-                   f"{where}.tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix, q.query)}) is not the "
+                   f"{where}.tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix)}) is not the "
                    f"{n_fix}-token prefix + {q.n_free} free tokens + query {q.query}")
         ob.require(q.multiset is None or sorted(t0) == sorted(q.multiset),
                    f"the sample's free tokens {brief(sorted(t0))} are not a permutation of claim.free.tokens "
@@ -99,7 +93,7 @@ def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -
     return margin
 
 
-def mismatch(tokens: list, prefix: list, query: int) -> str:
+def mismatch(tokens: list, prefix: list) -> str:
     """Where a sample departs from prefix + ... + query, in words."""
     for p, (a, b) in enumerate(zip(tokens, prefix)):
         if a != b:

@@ -41,7 +41,7 @@ def check_naive_lp(model, q: Question, evidence, B, ob, place: Place, W=None, sh
     title = place.title(method)
     W = W or Weights(B, model)
     margin = check_sample(B, model, W, evidence["sample"], q, ob, title, f"{place.where}.sample")
-    heads = enclosures(B, model, W, q, mode, shared, ob, title)
+    heads = head_tables_of_length(B, model, W, q, mode, shared, ob, title)
     dev, per_head = certified_deviation(B, model, heads, duals, q.multiset, ob, title)
     with ob.step(f"{title}: deviation bound") as fig:
         fig[f"{place.where}.deviation"] = dev
@@ -81,7 +81,7 @@ def parse_lp_duals(raw, where: str, cfg, q: Question) -> list:
     return out
 
 
-def enclosures(B, model, W, q: Question, mode: str, shared, ob, title: str) -> list:
+def head_tables_of_length(B, model, W, q: Question, mode: str, shared, ob, title: str) -> list:
     """The HeadData of this free length: from the upto tables shared by all lengths when there are
     some for this value mode, else computed here (head_tables)."""
     if shared and mode in shared and q.multiset is None and q.n_free <= shared[mode].n_max:

@@ -35,7 +35,7 @@ def check_length_zero(B, model, W, q: Question, sample, ob) -> None:
     tokens, predicted, _ = parse_prediction(sample, model.config, "evidence.lengths[0]")
     with ob.step("overwhelm upto: length 0: sample is prefix + query"):
         ob.require(tokens == q.prefix + [q.query],
-                   f"evidence.lengths[0].tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix, q.query)}) is not the "
+                   f"evidence.lengths[0].tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix)}) is not the "
                    f"{len(q.prefix)}-token prefix + query {q.query}")
     with ob.step("overwhelm upto: length 0: prediction"):
         ob.require(predicted == q.predicted, f"length 0 predicts {predicted}, the claim says {q.predicted}")
