@@ -142,9 +142,8 @@ def head_tables(B, model, prefix: list, query: int, allowed: list, n_free: int, 
     """Enclosures of everything the naive/lp bound needs that does not depend on hints: one HeadData per
     head, the fixed side plus the free tables over `allowed` (the distinct tokens a free position may
     hold); `lp_tokens` are those whose score rows the assignment LP needs; `mode` the value bound
-    (table: exact centred EVOU extremes; norm: Cauchy-Schwarz)."""
-    if mode == "table" and not table_fits(model.config, len(allowed)):
-        raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
+    (table: exact centred EVOU extremes, whose size the caller has checked with table_fits; norm:
+    Cauchy-Schwarz)."""
     W = W or Weights(B, model)
     heads = fixed_side(B, model, W, prefix, query, n_free)
     add_free_tables(B, model, W, heads, allowed, n_free, mode, lp_tokens)
