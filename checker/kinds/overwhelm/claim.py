@@ -75,8 +75,9 @@ def parse_claim(claim: dict, cfg) -> Question:
 
 
 def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -> Fraction:
-    """The PTP obligation: the sample lies in the designed set and predicts k with its claimed margin,
-    which is returned (the prediction kind certifies it and records it under f"{where}.margin")."""
+    """The PTP obligations: the sample lies in the designed set and predicts k with its claimed margin,
+    which is returned (the prediction kind's check_claim certifies it, records the certified margin as
+    figure f"{where}.margin")."""
     tokens, predicted, margin = parse_prediction(sample, model.config, where)
     n_fix = len(q.prefix)
     t0 = tokens[n_fix:-1]
@@ -89,7 +90,7 @@ def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -
                    f"{brief(sorted(q.multiset or []))} (both sorted)")
     with ob.step(f"{title}: sample prediction"):
         ob.require(predicted == q.predicted, f"the sample predicts {predicted}, the claim says {q.predicted}")
-    check_claim(B, model, sample, ob, where, W)
+    check_claim(B, model, sample, ob, where, W, f"{title}: sample margin (PTP)")
     return margin
 
 

@@ -39,7 +39,7 @@ def check_length_zero(B, model, W, q: Question, sample, ob) -> None:
                    f"{len(q.prefix)}-token prefix + query {q.query}")
     with ob.step("overwhelm upto: length 0: prediction"):
         ob.require(predicted == q.predicted, f"length 0 predicts {predicted}, the claim says {q.predicted}")
-    check_claim(B, model, sample, ob, "evidence.lengths[0]", W)
+    check_claim(B, model, sample, ob, "evidence.lengths[0]", W, "overwhelm upto: length 0: margin")
 
 
 def shared_tables(B, model, prefix, query, lengths, W, ob) -> dict:
