@@ -20,8 +20,7 @@ from tcert.generator import certificate
 from tcert.generator.accuracy.strategies import make_certificate
 from tcert.generator.model.importers import import_npz
 from tcert.generator.model.files import save_model
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tcert.testing import ROOT
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
               "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")

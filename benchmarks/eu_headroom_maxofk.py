@@ -17,8 +17,7 @@ import numpy as np
 import tcert.generator.accuracy.subcubic as ms
 from tcert.checker.modelfile import load_model
 from tcert.generator.accuracy.tables import float_tables
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tcert.testing import ROOT
 
 mean_diff = ms.value_bounds
 

@@ -26,11 +26,10 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from tcert.checker.verify import verify  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.checker.verify import verify
+from tcert.checker.modelfile import load_model
+from tcert.testing import ROOT
 
 DEFAULT_STRATEGIES = ("cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
                       "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")

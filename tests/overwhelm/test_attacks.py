@@ -13,7 +13,7 @@ from tcert.checker.kinds.overwhelm.naive_lp import certified_deviation, lp_costs
 from tcert.checker.kinds.overwhelm.tables import beta_bounds, head_tables
 from tcert.checker.kinds.overwhelm.upto import UptoTables
 from tcert.checker.modelfile import load_model
-from tcert.checker.numbers import format_number
+from tcert.generator.certificate import format_number
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
 from tcert.generator.model.forward import logits as float_logits
