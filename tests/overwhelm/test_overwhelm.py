@@ -300,7 +300,7 @@ def test_value_table_over_the_limit_is_bad_input_before_any_work():
     length0, p = prediction_claim(model, [1, 2])   # a true length-0 claim: the check gets to the shared tables
     upto = dict(claim, predicted=p["predicted"], free={"kind": "upto", "length": 1})
     lengths = [length0, naive]
-    with pytest.raises(BadInput, match=r"evidence\.lengths: overwhelm: value_bound 'table' would need more than"):
+    with pytest.raises(BadInput, match=r"evidence\.lengths: value_bound 'table' would need more than"):
         check(model, upto, {"lengths": lengths}, make_backend("flint"), Obligations())
 
 

@@ -1,8 +1,8 @@
 """The overwhelm claim (prefix s, query q, predicted k, designed free set T), where an evidence object sits,
 and the sample obligation (PTP): one t0 in T predicts k with the claimed margin."""
 
+from collections import namedtuple
 from fractions import Fraction
-from typing import NamedTuple
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
@@ -10,17 +10,10 @@ from tcert.checker.kinds.prediction import check_claim, parse_claim as parse_pre
 from tcert.checker.numbers import parse_int
 
 
-class Question(NamedTuple):
+class Question(namedtuple("Question", "prefix query predicted kind n_free multiset")):
     """A parsed claim: for every free string t of the designed set, M(prefix + t + [query]) predicts
-    `predicted`. kind "any": every string of n_free tokens; "perm": every permutation of `multiset`;
-    "upto": every string of every length 0..n_free (one any:L question per length)."""
-
-    prefix: list
-    query: int
-    predicted: int
-    kind: str
-    n_free: int
-    multiset: list | None
+    `predicted`. kind "any": every string of n_free tokens; "perm": every permutation of `multiset`
+    (None for any and upto); "upto": every string of every length 0..n_free (one any:L per length)."""
 
     def allowed(self, d_vocab: int) -> list:
         """The distinct tokens a free position may hold."""
@@ -28,17 +21,12 @@ class Question(NamedTuple):
 
     def free_words(self) -> str:
         """The designed set in words, for the summary."""
-        if self.multiset is None:
-            return f"any string of {self.n_free} tokens"
-        return f"every permutation of {self.n_free} tokens"
+        return f"{'any string' if self.multiset is None else 'every permutation'} of {self.n_free} tokens"
 
 
-class Place(NamedTuple):
+class Place(namedtuple("Place", "where length", defaults=("evidence", None))):
     """Where one free length's evidence sits: its JSON path, and the free length inside an upto
     certificate (None for a fixed-length certificate), which prefixes its obligation names."""
-
-    where: str = "evidence"
-    length: int | None = None
 
     def title(self, method: str) -> str:
         """The obligation-name prefix for this evidence's method: "overwhelm lp", "overwhelm upto: length 3, lp"."""
@@ -83,27 +71,12 @@ def check_sample(B, model, W, sample, q: Question, ob, title: str, where: str) -
     t0 = tokens[n_fix:-1]
     with ob.step(f"{title}: sample in designed set"):
         ob.require(tokens[:n_fix] == q.prefix and tokens[-1] == q.query and len(t0) == q.n_free,
-                   f"{where}.tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix)}) is not the "
-                   f"{n_fix}-token prefix + {q.n_free} free tokens + query {q.query}")
-        ob.require(q.multiset is None or sorted(t0) == sorted(q.multiset),
-                   f"the sample's free tokens {brief(sorted(t0))} are not a permutation of claim.free.tokens "
-                   f"{brief(sorted(q.multiset or []))} (both sorted)")
+                   f"{where}.tokens is not the {n_fix}-token prefix + {q.n_free} free tokens + query {q.query} "
+                   f"({len(tokens)} tokens, prefix {'' if tokens[:n_fix] == q.prefix else 'not '}matched, last {tokens[-1]})")
+        ob.require(q.multiset is None or sorted(t0) == sorted(q.multiset), f"the sample's free tokens (sorted) "
+                   f"{sorted(t0)} are not a permutation of claim.free.tokens {sorted(q.multiset or [])}")
     with ob.step(f"{title}: sample prediction"):
         ob.require(predicted == q.predicted, f"the sample predicts {predicted}, the claim says {q.predicted}")
     check_claim(B, model, sample, ob, where, W, f"{title}: sample margin (PTP)")
     return margin
 
-
-def mismatch(tokens: list, prefix: list) -> str:
-    """Where a sample departs from prefix + ... + query, in words."""
-    for p, (a, b) in enumerate(zip(tokens, prefix)):
-        if a != b:
-            return f"token {a} at position {p} where the prefix has {b}"
-    if len(tokens) <= len(prefix):
-        return "no room for the free string and the query"
-    return f"last token {tokens[-1]}"
-
-
-def brief(tokens: list, limit: int = 12) -> str:
-    """A token list for a message, cut after `limit` entries."""
-    return str(tokens) if len(tokens) <= limit else f"[{', '.join(map(str, tokens[:limit]))}, ... ({len(tokens)})]"

@@ -31,6 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.envelope import fields
+from tcert.checker.kinds.overwhelm.tables import sqrt_upper
 from tcert.checker.numbers import parse_number, parse_vector
 
 
@@ -74,11 +75,6 @@ def sq_norms_upper(B, X, Pc) -> list:
     C = X @ Pc
     ones = B.array(np.ones((X.shape[1], 1)))
     return [max(B.upper(r[0]), Fraction(0)) for r in (C.map(lambda x: x * x) @ ones).rows()]
-
-
-def sqrt_upper(B, q: Fraction) -> Fraction:
-    """An exact rational >= sqrt(q) (q >= 0)."""
-    return B.upper(B.sqrt(B.num(q)))
 
 
 def residual_sq_upper(B, cfg, Pf, evo: list, beta: list, cross: Fraction):

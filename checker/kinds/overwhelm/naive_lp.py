@@ -74,11 +74,8 @@ def parse_lp_duals(raw, where: str, cfg, q: Question) -> list:
         raise BadInput(f"{where}: method lp needs a perm free set")
     if not isinstance(raw, list) or len(raw) != cfg.n_heads:
         raise BadInput(f"{where}: must list {cfg.n_heads} heads")
-    out = []
-    for h, entry in enumerate(raw):
-        fields(entry, f"{where}[{h}]", {"min", "max"})
-        out.append({sense: parse_duals(entry[sense], f"{where}[{h}].{sense}", q.n_free) for sense in ("min", "max")})
-    return out
+    heads = [fields(entry, f"{where}[{h}]", {"min", "max"}) for h, entry in enumerate(raw)]
+    return [{s: parse_duals(e[s], f"{where}[{h}].{s}", q.n_free) for s in ("min", "max")} for h, e in enumerate(heads)]
 
 
 def head_tables_of_length(B, model, W, q: Question, mode: str, shared, ob, title: str) -> list:
@@ -128,22 +125,16 @@ def lp_free_mass(B, hd: HeadData, h: int, duals: dict, multiset: list, naive: tu
     sum of exp(l(t_i at its position) - l_q) over every permutation (weak duality, exact rationals)."""
     with ob.step(f"{title}: head {h} assignment LP (min)") as fig:
         lo, hi = lp_costs(B, hd, multiset)
-        amin = max(naive[0], assignment_bound(*duals["min"], lo, "min"))
-        fig["alpha_free lower bound"] = amin
+        amin = fig["alpha_free lower bound"] = max(naive[0], assignment_bound(*duals["min"], lo, "min"))
     with ob.step(f"{title}: head {h} assignment LP (max)") as fig:
-        amax = min(naive[1], assignment_bound(*duals["max"], hi, "max"))
-        fig["alpha_free upper bound"] = amax
+        amax = fig["alpha_free upper bound"] = min(naive[1], assignment_bound(*duals["max"], hi, "max"))
     return amin, amax
 
 
 def lp_costs(B, hd: HeadData, multiset: list):
     """Exact (lower, upper) bounds of the assignment costs exp(l(t_i at free position c) - l_q)."""
-    lo, hi = [], []
-    for t in multiset:
-        es = [B.exp(s - hd.lq) for s in hd.lp_rows[t]]
-        lo.append([B.lower(e) for e in es])
-        hi.append([B.upper(e) for e in es])
-    return lo, hi
+    es = [[B.exp(s - hd.lq) for s in hd.lp_rows[t]] for t in multiset]
+    return [[B.lower(e) for e in row] for row in es], [[B.upper(e) for e in row] for row in es]
 
 
 def deviation_bound(B, model, heads: list, beta: list):

@@ -55,6 +55,11 @@ class HeadData:
     __slots__ = ("lq", "alpha_fix", "u", "score_cols", "score_bias", "score_lo", "score_hi", "lp_rows",
                  "evou_lo", "evou_hi")
 
+    def __init__(self, lq, alpha_fix, u, score_cols=None, score_bias=None):
+        self.lq, self.alpha_fix, self.u, self.score_cols, self.score_bias = lq, alpha_fix, u, score_cols, score_bias
+        self.score_lo = self.score_hi = self.evou_lo = self.evou_hi = None
+        self.lp_rows = {}
+
 
 def ln_rows(B, model, W: Weights, tokens: list):
     """The LN'd embedding rows of `tokens` (LN is position-independent with rotary positions)."""
@@ -71,8 +76,7 @@ class FixedSide:
     token at the same offset share it."""
 
     def __init__(self, B, model, W: Weights, prefix: list, query: int, offsets):
-        cfg = model.config
-        dh = cfg.d_head
+        cfg, dh = model.config, model.config.d_head
         self.B, self.prefix, self.query = B, list(prefix), query
         self.fixed = fixed = sorted(set(prefix) | {query})
         Xfix = ln_rows(B, model, W, fixed)
@@ -81,18 +85,15 @@ class FixedSide:
         Q = (B.matrix([Xfix.rows()[fixed.index(query)]]) @ W.heads_concat(ATTN + "W_Q")).rows()[0]
         div, pairs = attn_divisor(B, cfg), rotary_pairs(cfg)
         angles = rotary_angles(B, cfg, offsets)
-        self.qrot, self.keys, self.vals, self.lq, self.cache = [], [], [], [], []
+        self.qrot, self.keys, self.vals, self.lq = [], [], [], []
         for h in range(cfg.n_heads):
-            sl = slice(h * dh, (h + 1) * dh)
-            bq, bk = W.vec(ATTN + "b_Q", h), W.vec(ATTN + "b_K", h)
-            q = [a + b for a, b in zip(Q[sl], bq)]
-            keys = {t: [a + b for a, b in zip(K[t][sl], bk)] for t in fixed}
-            qrot = {d: [x / div for x in rotate(q, angles[d], pairs)] for d in offsets}
-            self.qrot.append(qrot)
-            self.keys.append(keys)
+            sl, bk = slice(h * dh, (h + 1) * dh), W.vec(ATTN + "b_K", h)
+            q = [a + b for a, b in zip(Q[sl], W.vec(ATTN + "b_Q", h))]
+            self.qrot.append({d: [x / div for x in rotate(q, angles[d], pairs)] for d in offsets})
+            self.keys.append({t: [a + b for a, b in zip(K[t][sl], bk)] for t in fixed})
             self.vals.append(B.matrix([V[t][sl] for t in fixed]))
-            self.lq.append(B.fsum(a * b for a, b in zip(qrot[0], keys[query])))
-            self.cache.append({})
+            self.lq.append(B.fsum(a * b for a, b in zip(self.qrot[h][0], self.keys[h][query])))
+        self.cache = [{} for _ in range(cfg.n_heads)]
 
     def weight(self, h: int, t: int, offset: int):
         """exp(l - lq) for fixed token t at `offset` before the query (head h)."""
@@ -118,23 +119,23 @@ class FixedSide:
 def fixed_side(B, model, W: Weights, prefix: list, query: int, n_free: int) -> list:
     """One HeadData per head with the fixed side of free length n_free filled in: lq, alpha_fix, u and
     the free columns' score map (free column c, position n_fix + c, has offset n_free - c)."""
-    cfg = model.config
     n_fix, q_pos = len(prefix), len(prefix) + n_free
-    offsets = sorted({q_pos - p for p in range(n_fix)} | set(range(n_free + 1)))
-    fs = FixedSide(B, model, W, prefix, query, offsets)
-    heads = []
-    for h in range(cfg.n_heads):
-        hd = HeadData()
-        hd.lq = fs.lq[h]
-        hd.alpha_fix, hd.u = fs.mass(h, q_pos)
-        # free column c has offset n_free - c: score(t) = (X_t W_K^h + b_K^h) . qrot
-        cols = B.matrix([fs.qrot[h][n_free - c] for c in range(n_free)]).T
-        hd.score_cols = W.mat(ATTN + "W_K", h) @ cols
-        hd.score_bias = (B.matrix([W.vec(ATTN + "b_K", h)]) @ cols).rows()[0]
-        hd.score_lo, hd.score_hi, hd.lp_rows = None, None, {}
-        hd.evou_lo, hd.evou_hi = None, None
-        heads.append(hd)
-    return heads
+    fs = FixedSide(B, model, W, prefix, query, sorted({q_pos - p for p in range(n_fix)} | set(range(n_free + 1))))
+    return [HeadData(fs.lq[h], *fs.mass(h, q_pos), *score_map(B, W, fs, h, [n_free - c for c in range(n_free)]))
+            for h in range(model.config.n_heads)]
+
+
+def score_map(B, W: Weights, fs: FixedSide, h: int, offsets: list):
+    """(score_cols, score_bias) of head h for columns at `offsets` before the query: the score of token t
+    in column c is x_t score_cols[:, c] + score_bias[c] = (x_t W_K^h + b_K^h) . qrot[offset c]."""
+    cols = B.matrix([fs.qrot[h][d] for d in offsets]).T
+    return W.mat(ATTN + "W_K", h) @ cols, (B.matrix([W.vec(ATTN + "b_K", h)]) @ cols).rows()[0]
+
+
+def side_by_side(B, mats: list):
+    """The interval matrices `mats` (same number of rows) concatenated column-wise."""
+    rows = [m.rows() for m in mats]
+    return B.matrix([sum((r[i] for r in rows), []) for i in range(len(rows[0]))])
 
 
 def head_tables(B, model, prefix: list, query: int, allowed: list, n_free: int, mode: str,
@@ -154,9 +155,7 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
     """Fill in each head's free score extremes, LP score rows and centred EVOU extremes over `allowed`,
     CHUNK tokens at a time (table: one product with W_U for all heads per chunk)."""
     cfg = model.config
-    qrows = [hd.score_cols.rows() for hd in heads]
-    stacked = B.matrix([sum((r[i] for r in qrows), []) for i in range(cfg.d_model)])   # heads side by side
-    WU = W.mat("unembed.W_U")
+    stacked, WU = side_by_side(B, [hd.score_cols for hd in heads]), W.mat("unembed.W_U")
     for start in range(0, len(allowed), CHUNK):
         chunk = allowed[start:start + CHUNK]
         X = ln_rows(B, model, W, chunk)
@@ -164,7 +163,9 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
         V = (X @ W.heads_concat(ATTN + "W_V")).rows()
         evo = []   # table: the centred EVO rows (x_t - u_h) W_O^h of every (head, token) pair
         for h, hd in enumerate(heads):
-            add_free_scores(B, hd, h, chunk, S, n_free, lp_tokens)
+            scores = B.matrix([[row[h * n_free + c] + hd.score_bias[c] for c in range(n_free)] for row in S])
+            hd.lp_rows.update((t, r) for t, r in zip(chunk, scores.rows()) if t in lp_tokens)
+            hd.score_lo, hd.score_hi = merge(hd.score_lo, hd.score_hi, *scores.col_bounds())
             values = B.matrix([[x - c for x, c in zip(row[h * cfg.d_head:(h + 1) * cfg.d_head], hd.u)] for row in V])
             if mode == "table":
                 evo += (values @ W.mat(ATTN + "W_O", h)).rows()
@@ -180,14 +181,6 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
             hd.evou_lo, hd.evou_hi = [hd.evou_lo[0] * n for n in norms], [hd.evou_hi[0] * n for n in norms]
 
 
-def add_free_scores(B, hd: HeadData, h: int, chunk: list, S: list, n_free: int, lp_tokens) -> None:
-    """Merge head h's free scores of the tokens in `chunk` (S: their rows of all heads' score columns)
-    into its per-column extremes, and keep the rows of the LP's tokens."""
-    scores = B.matrix([[row[h * n_free + c] + hd.score_bias[c] for c in range(n_free)] for row in S])
-    hd.lp_rows.update((t, r) for t, r in zip(chunk, scores.rows()) if t in lp_tokens)
-    hd.score_lo, hd.score_hi = merge(hd.score_lo, hd.score_hi, *scores.col_bounds())
-
-
 def beta_bounds(B, hd: HeadData, amin: Fraction, amax: Fraction):
     """(beta_min lower, beta_max upper): bounds of the total attention weight on the free positions,
     beta = alpha_free / (alpha_fix + alpha_free), given alpha_free in [amin, amax] (beta increases with
@@ -201,8 +194,7 @@ def beta_bounds(B, hd: HeadData, amin: Fraction, amax: Fraction):
 def column_norms(B, model) -> list:
     """Per head h, exact upper bounds of ||(W_O^h W_U)[:, j]||_2 for every logit j: one product of all
     heads' W_O stacked ((heads * d_head) x d_model) with W_U, in column chunks of W_U (memory)."""
-    cfg = model.config
-    dh = cfg.d_head
+    cfg, dh = model.config, model.config.d_head
     WO = B.array(np.concatenate(list(model.tensors[ATTN + "W_O"]), axis=0))
     WU = model.tensors["unembed.W_U"]
     out = [[] for _ in range(cfg.n_heads)]
@@ -222,5 +214,9 @@ def merge(lo, hi, new_lo, new_hi):
 
 def norm_upper(B, xs):
     """An exact upper bound (Fraction) of the Euclidean norm of a vector of intervals."""
-    square = max(B.upper(B.fsum(x * x for x in xs)), Fraction(0))
-    return B.upper(B.sqrt(B.num(square)))
+    return sqrt_upper(B, max(B.upper(B.fsum(x * x for x in xs)), Fraction(0)))
+
+
+def sqrt_upper(B, q: Fraction) -> Fraction:
+    """An exact rational >= sqrt(q) (q >= 0)."""
+    return B.upper(B.sqrt(B.num(q)))

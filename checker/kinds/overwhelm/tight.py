@@ -33,8 +33,8 @@ needs max(U_j/sigma_lo, U_j/sigma_hi) + e_j < 0 (the cheap bound too), with sigm
 confirmed first.
 """
 
+from collections import namedtuple
 from fractions import Fraction
-from typing import NamedTuple
 
 import numpy as np
 
@@ -45,37 +45,21 @@ from tcert.checker.forward import Weights, layer_norm, mlp
 from tcert.checker.kinds.overwhelm import final_ln
 from tcert.checker.kinds.overwhelm.claim import Place, Question
 from tcert.checker.kinds.overwhelm.tables import ATTN, MAX_TABLE_ENTRIES, beta_bounds, fixed_side, ln_rows, table_fits
-from tcert.checker.numbers import parse_int, parse_number, show
+from tcert.checker.numbers import parse_int, parse_vector, show
 
 
-class TightTables(NamedTuple):
+class TightTables(namedtuple("TightTables", "heads b evo evo_all beta rows")):
     """The hint-independent tables of method tight: per head the fixed side (HeadData without free
     extremes), the free weights b[h][t][i] = exp(score of allowed token t at free position i - l_q)
     (intervals), the centred EVO rows evo[h] (allowed x d_model), all heads' rows stacked (evo_all),
     the naive beta bounds, and `rows`, the allowed-token index of each multiset entry (None for any)."""
 
-    heads: list
-    b: list
-    evo: list
-    evo_all: object
-    beta: list
-    rows: list | None
 
-
-class LogitGap(NamedTuple):
+class LogitGap(namedtuple("LogitGap", "fixed offsets sigma_lo sigma_hi evo evo_all Wd f")):
     """logit_j - logit_k in terms of the free terms: the fixed parts F_j (upper bounds), the offsets e_j
     and sigma range (0 and [1, 1] without a final LN), the centred EVO rows mapped to the space where
     their dot product with d_j is the linear part (times M_w with a final LN), W_U - W_U[:, k] (Wd) and
     the fixed residual f."""
-
-    fixed: list
-    offsets: list
-    sigma_lo: Fraction
-    sigma_hi: Fraction
-    evo: list
-    evo_all: object
-    Wd: object
-    f: object
 
     def bound(self, U: Fraction, j: int) -> Fraction:
         """The bound on logit_j - logit_k from an upper bound U of its linear part."""
@@ -101,18 +85,14 @@ def check_tight(model, q: Question, evidence, B, ob, place: Place) -> None:
     check_lambdas(B, model, tables, gap, exact, q.predicted, ob, title)
     worst = check_exact_bounds(gap, exact, worst, fl is not None, ob, title)
     fln = "" if fl is None else f"; final LN sigma in [{show(gap.sigma_lo)}, {show(gap.sigma_hi)}]"
-    ob.summary = (f"for the {len(q.prefix)}-token prefix, query {q.query} and {q.free_words()} in between, the "
-                  f"next token is {q.predicted} (tight: max over competitors j of the bound on logit_j - logit_k "
-                  f"<= {show(worst)}; {len(exact)} of {cfg.d_vocab - 1} competitors needed the exact per-head "
-                  f"bound{fln})")
+    ob.summary = (f"for the {len(q.prefix)}-token prefix, query {q.query} and {q.free_words()} in between, the next "
+                  f"token is {q.predicted} (tight: max over competitors j of the bound on logit_j - logit_k <= "
+                  f"{show(worst)}; {len(exact)} of {cfg.d_vocab - 1} competitors needed the exact per-head bound{fln})")
 
 
 def parse_head_bounds(e, where: str, cfg, q: Question):
     """{"lambdas": [per head][, "duals": [per head {u, v}] (perm only)]} -> (lambdas, duals or None)."""
-    lams = e["lambdas"]
-    if not isinstance(lams, list) or len(lams) != cfg.n_heads:
-        raise BadInput(f"{where}.lambdas: must list {cfg.n_heads} numbers (one per head)")
-    lams = [parse_number(x, f"{where}.lambdas[{h}]") for h, x in enumerate(lams)]
+    lams = parse_vector(e["lambdas"], f"{where}.lambdas", cfg.n_heads, "n_heads")
     if "duals" not in e:   # perm without duals: the separable bound over the multiset's tokens
         return lams, None
     if q.multiset is None:
@@ -150,9 +130,8 @@ def parse_final_ln(evidence, cfg, q: Question, where: str):
         return None
     fl = final_ln.parse(evidence["final_ln"], cfg, f"{where}.final_ln")
     for key in ("variance", "cross_term"):
-        at = f"{where}.final_ln.{key}"
-        fields(fl[key], at, {"lambdas"}, {"duals"})
-        fl[key] = parse_head_bounds(fl[key], at, cfg, q)
+        fields(fl[key], f"{where}.final_ln.{key}", {"lambdas"}, {"duals"})
+        fl[key] = parse_head_bounds(fl[key], f"{where}.final_ln.{key}", cfg, q)
     return fl
 
 
@@ -228,22 +207,21 @@ def check_sigma_range(B, cfg, tables: TightTables, gap: LogitGap, fl: dict, ob, 
         fig["max of P f . (r - f)"] = cross
     with ob.step(f"{title}: final LN sigma_hi") as fig:
         N2, pf2, S = final_ln.residual_sq_upper(B, cfg, Pf, tables.evo, tables.beta, cross)
-        need = fig["sigma^2 upper bound"] = N2 / cfg.d_model + cfg.eps
-        s_hi = gap.sigma_hi
-        ob.require(s_hi > 0 and s_hi * s_hi >= need,
-                   f"sigma_hi = {show(s_hi)} is not > 0 with sigma_hi^2 >= max |P r|^2/d + eps = {show(need)} "
-                   f"(|P r|^2 <= {show(N2)}: |P f|^2 <= {show(pf2)}, spread S = {show(S)}, cross term <= {show(cross)})")
+        need, s_hi = N2 / cfg.d_model + cfg.eps, gap.sigma_hi
+        fig["sigma^2 upper bound"] = need
+        ob.require(s_hi > 0 and s_hi * s_hi >= need, f"sigma_hi = {show(s_hi)} is not > 0 with sigma_hi^2 >= "
+                   f"max |P r|^2/d + eps = {show(need)} (|P r|^2 <= {show(N2)}: |P f|^2 <= {show(pf2)}, spread S = "
+                   f"{show(S)}, cross term <= {show(cross)})")
     with ob.step(f"{title}: final LN variance term (direction -v)") as fig:
         v, vv = final_ln.centred_direction(fl["g"])
         col = B.matrix([[B.num(-x)] for x in v])
         m = -(B.upper((gap.f @ col).rows()[0][0]) + direction_bound(B, tables, col, fl["variance"], "-v", ob))
         fig["min of v . r"] = m
     with ob.step(f"{title}: final LN sigma_lo") as fig:
-        low = fig["sigma^2 lower bound"] = final_ln.sigma_sq_lower(cfg, m, vv)
-        s_lo = gap.sigma_lo
-        ob.require(s_lo > 0 and s_lo * s_lo <= low,
-                   f"sigma_lo = {show(s_lo)} is not > 0 with sigma_lo^2 <= eps + max(m, 0)^2/(d |v|^2) = {show(low)} "
-                   f"(m = {show(m)}, the certified minimum of v . r over the designed set)")
+        low, s_lo = final_ln.sigma_sq_lower(cfg, m, vv), gap.sigma_lo
+        fig["sigma^2 lower bound"] = low
+        ob.require(s_lo > 0 and s_lo * s_lo <= low, f"sigma_lo = {show(s_lo)} is not > 0 with sigma_lo^2 <= eps + "
+                   f"max(m, 0)^2/(d |v|^2) = {show(low)} (m = {show(m)}, the certified minimum of v . r over the designed set)")
 
 
 def direction_bound(B, tables: TightTables, col, bounds, name: str, ob) -> Fraction:
@@ -303,20 +281,19 @@ def check_lambdas(B, model, tables: TightTables, gap: LogitGap, exact: dict, k: 
             if dual:
                 Cd = (gap.evo[h] @ Wdual).rows()
                 for n, j in enumerate(dual):
-                    label, lam = f"head {h}, competitor {j}", exact[j][0][h]
-                    c = [row[n] for row in Cd]
-                    require_dinkelbach(ob, assignment_excess(B, hd, tables.b[h], c, lam, tables.rows, exact[j][1][h], label),
-                                       lam, label)
+                    label, lam, c = f"head {h}, competitor {j}", exact[j][0][h], [row[n] for row in Cd]
+                    excess = assignment_excess(B, hd, tables.b[h], c, lam, tables.rows, exact[j][1][h], label)
+                    require_dinkelbach(ob, excess, lam, label)
 
 
 def check_exact_bounds(gap: LogitGap, exact: dict, worst, with_ln: bool, ob, title: str):
     """Every listed competitor's bound from its lambdas is < 0; returns the worst bound of all competitors."""
     with ob.step(f"{title}: exact bound < 0") as fig:
+        rule = "max over sigma in [sigma_lo, sigma_hi] of (F_j + sum_h lambda_hj)/sigma + e_j" if with_ln else \
+            "F_j + sum_h lambda_hj"
         for j in sorted(exact):
             bound = gap.bound(gap.fixed[j] + sum(exact[j][0]), j)
-            ob.require(bound < 0, f"competitor {j}: F_j + sum_h lambda_hj = {show(bound)} is not < 0" if not with_ln
-                       else f"competitor {j}: max over sigma in [sigma_lo, sigma_hi] of (F_j + sum_h lambda_hj)/sigma "
-                            f"+ e_j = {show(bound)} is not < 0")
+            ob.require(bound < 0, f"competitor {j}: {rule} = {show(bound)} is not < 0")
             worst = bound if worst is None else max(worst, bound)
         fig["worst bound"] = worst
     return worst

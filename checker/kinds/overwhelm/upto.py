@@ -14,9 +14,10 @@ import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.overwhelm.claim import Question, mismatch
+from tcert.checker.kinds.overwhelm.claim import Question
 from tcert.checker.kinds.overwhelm.tables import (ATTN, CHUNK, MAX_TABLE_ENTRIES, FixedSide, HeadData, column_norms,
-                                                  ln_rows, merge, table_fits)
+                                                  ln_rows, merge, score_map, side_by_side, sqrt_upper,
+                                                  table_fits)
 from tcert.checker.kinds.prediction import check_claim, parse_claim as parse_prediction
 
 
@@ -34,9 +35,8 @@ def check_length_zero(B, model, W, q: Question, sample, ob) -> None:
     """Length 0: the sample is exactly prefix + [query] and predicts k (a prediction claim)."""
     tokens, predicted, _ = parse_prediction(sample, model.config, "evidence.lengths[0]")
     with ob.step("overwhelm upto: length 0: sample is prefix + query"):
-        ob.require(tokens == q.prefix + [q.query],
-                   f"evidence.lengths[0].tokens ({len(tokens)} tokens, {mismatch(tokens, q.prefix)}) is not the "
-                   f"{len(q.prefix)}-token prefix + query {q.query}")
+        ob.require(tokens == q.prefix + [q.query], f"evidence.lengths[0].tokens is not the {len(q.prefix)}-token "
+                   f"prefix + query {q.query} ({len(tokens)} tokens, last {tokens[-1]})")
     with ob.step("overwhelm upto: length 0: prediction"):
         ob.require(predicted == q.predicted, f"length 0 predicts {predicted}, the claim says {q.predicted}")
     check_claim(B, model, sample, ob, "evidence.lengths[0]", W, "overwhelm upto: length 0: margin")
@@ -49,14 +49,13 @@ def shared_tables(B, model, prefix, query, lengths, W, ob) -> dict:
     for L, e in enumerate(lengths[1:], 1):
         if isinstance(e, dict) and e.get("method") == "naive" and e.get("value_bound") in ("table", "norm"):
             need[e["value_bound"]] = L
+    if "table" in need and not table_fits(model.config, model.config.d_vocab):
+        raise BadInput(f"evidence.lengths: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
     out = {}
     for mode, n_max in sorted(need.items()):
         with ob.step(f"overwhelm upto: lengths 1..{n_max}: LN'd rows, score table for offsets 1..{n_max}, "
                      f"value extremes ({mode})"):
-            try:
-                out[mode] = UptoTables(B, model, prefix, query, n_max, mode, list(range(model.config.d_vocab)), W)
-            except BadInput as e:
-                raise BadInput(f"evidence.lengths: {e}") from e
+            out[mode] = UptoTables(B, model, prefix, query, n_max, mode, list(range(model.config.d_vocab)), W)
     return out
 
 
@@ -80,12 +79,11 @@ class UptoTables:
              [lo_hj - upper((u W_O^h W_U)_j), hi_hj - lower(...)] encloses it for every t;
       norm:  ||x_t - u||^2 = ||x_t||^2 - 2 x_t . u + ||u||^2 (an identity), so
              r = sqrt(max_t (||x_t||^2 - 2 x_t . u) + ||u||^2) >= max_t ||x_t - u||.
-    The resulting HeadData are enclosures of exactly the reals `head_tables` encloses for that length."""
+    The resulting HeadData are enclosures of exactly the reals `head_tables` encloses for that length.
+    For mode table the caller has checked the table's size (table_fits)."""
 
     def __init__(self, B, model, prefix: list, query: int, n_max: int, mode: str, allowed: list, W):
         cfg = model.config
-        if mode == "table" and not table_fits(cfg, len(allowed)):
-            raise BadInput(f"overwhelm: value_bound 'table' would need more than {MAX_TABLE_ENTRIES} entries; use 'norm'")
         self.B, self.mode, self.n_max, n_fix = B, mode, n_max, len(prefix)
         self.fs = FixedSide(B, model, W, prefix, query, range(n_fix + n_max + 1))
         self.masses = {L: [self.fs.mass(h, n_fix + L) for h in range(cfg.n_heads)] for L in range(1, n_max + 1)}
@@ -104,12 +102,9 @@ class UptoTables:
     def score_map(self, B, model, W):
         """(d_model x heads*n_max, 1 x heads*n_max): x_t times the first plus the second is the score row
         of token t, all heads side by side, column i of each head at offset n_max - i."""
-        N, qrows, bias = self.n_max, [], []
-        for h in range(model.config.n_heads):
-            cols = B.matrix([self.fs.qrot[h][N - i] for i in range(N)]).T
-            qrows.append((W.mat(ATTN + "W_K", h) @ cols).rows())
-            bias += (B.matrix([W.vec(ATTN + "b_K", h)]) @ cols).rows()[0]
-        return B.matrix([sum((r[i] for r in qrows), []) for i in range(model.config.d_model)]), B.matrix([bias])
+        maps = [score_map(B, W, self.fs, h, [self.n_max - i for i in range(self.n_max)])
+                for h in range(model.config.n_heads)]
+        return side_by_side(B, [cols for cols, _ in maps]), B.matrix([sum((bias for _, bias in maps), [])])
 
     def add_chunk(self, B, model, W, chunk: list, score_map) -> None:
         """Merge the scores and value extremes of the tokens in `chunk` into the tables."""
@@ -144,18 +139,14 @@ class UptoTables:
         """The HeadData of free length L (1 <= L <= n_max), as `head_tables` would give (without the score map)."""
         B, N, out = self.B, self.n_max, []
         for h, (alpha_fix, u) in enumerate(self.masses[L]):
-            hd = HeadData()
-            hd.lq, hd.alpha_fix, hd.u = self.fs.lq[h], alpha_fix, u
-            cols = slice(h * N + N - L, h * N + N)
+            hd, cols = HeadData(self.fs.lq[h], alpha_fix, u), slice(h * N + N - L, h * N + N)
             hd.score_lo, hd.score_hi = self.score_lo[cols], self.score_hi[cols]
-            hd.score_cols, hd.score_bias, hd.lp_rows = None, None, {}
             if self.mode == "table":
                 mean = self.mean_evou[L, h]
                 hd.evou_lo = [lo - B.upper(x) for lo, x in zip(self.evou_raw_lo[h], mean)]
                 hd.evou_hi = [hi - B.lower(x) for hi, x in zip(self.evou_raw_hi[h], mean)]
             else:
-                sq = max(B.upper(B.num(self.sq_spread[h][L - 1]) + B.fsum(x * x for x in u)), Fraction(0))
-                r = B.upper(B.sqrt(B.num(sq)))
+                r = sqrt_upper(B, max(B.upper(B.num(self.sq_spread[h][L - 1]) + B.fsum(x * x for x in u)), Fraction(0)))
                 hd.evou_hi = [r * n for n in self.colnorms[h]]
                 hd.evou_lo = [-x for x in hd.evou_hi]
             out.append(hd)
