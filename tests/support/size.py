@@ -24,7 +24,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # declared the backend interface, which cost lines: each budget is the part's count after its refactor
 # (kernel 1,040 plus 30 for the assignment-LP dual module that overwhelm moves to checker/). A budget may
 # only go down; the checker total's budget is their sum.
-BUDGETS = {"kernel": 1070, "prediction": 37, "overwhelm": 653, "accuracy": 543, "influence": 331}
+BUDGETS = {"kernel": 1070, "prediction": 37, "overwhelm": 650, "accuracy": 543, "influence": 331}
 
 
 def parts() -> dict:
