@@ -230,8 +230,9 @@ def child_main():
 
 # -------------------------------------------------------------------------------------------- the log
 
-def read_log(path) -> dict:
-    """id -> last row of the log at `path` (a torn last line, from a killed driver, is dropped)."""
+def read_log(path, repair=True) -> dict:
+    """id -> last row of the log at `path`. A torn last line (a killed driver, or one still writing) is
+    ignored; with `repair` (the writer, holding the lock) it is cut, so appends start on a fresh line."""
     rows = {}
     if not os.path.exists(path):
         return rows
@@ -239,8 +240,9 @@ def read_log(path) -> dict:
         data = f.read()
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
-        with open(path, "r+b") as f:          # cut the torn line, so appends start on a fresh line
-            f.truncate(len(data))
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(len(data))
     for line in data.decode().splitlines():
         if line.strip():
             row = json.loads(line)

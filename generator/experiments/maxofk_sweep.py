@@ -298,7 +298,7 @@ def plot(path, entries, strategies):
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
     n = sum(1 for e in entries.values() if e["reference"])
-    fig.suptitle(f"Max-of-K accuracy bounds against proof cost, {n} models (small: one model; large: mean)")
+    fig.suptitle(f"Max-of-K accuracy bounds against proof cost, {n} trained seeds (small: one seed; large: mean)")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -306,7 +306,7 @@ def plot(path, entries, strategies):
     plt.close(fig)
 
 
-def report(out_dir, rows, models, strategies, run_seconds):
+def report(out_dir, rows, models, strategies, run_seconds=None):
     """Write table.md, summary.json, per_seed.csv and bound_vs_cost.png; return the summary."""
     entries = per_model(rows, models, strategies)
     seeds = {n: e for n, e in entries.items() if not n.startswith("anchor_")}
@@ -333,17 +333,19 @@ def report(out_dir, rows, models, strategies, run_seconds):
         f.write(f"{len(done)} of {len(seeds)} seeds complete; mean over complete seeds, only VERIFIED bounds.\n\n")
         f.write(table_markdown(lines, "brute" if kinds <= {"brute"} else "ESTIMATE") + "\n")
     write_csv(os.path.join(out_dir, "per_seed.csv"), entries, strategies, rows)
-    plot(os.path.join(out_dir, "bound_vs_cost.png"), {n: e for n, e in entries.items() if complete(e, strategies)},
-         strategies)
+    plot(os.path.join(out_dir, "bound_vs_cost.png"), done, strategies)
     return summary
 
 
 def _sessions(out_dir, run_seconds):
-    """The driver sessions of this run folder (each invocation appends its wall time)."""
-    path = os.path.join(out_dir, "sessions.jsonl")
+    """The driver sessions of this run folder (each run appends its wall time; a report-only call none)."""
     import json
-    with open(path, "a") as f:
-        f.write(execution.dumps({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "wall_seconds": run_seconds}) + "\n")
+    path = os.path.join(out_dir, "sessions.jsonl")
+    if run_seconds is not None:
+        with open(path, "a") as f:
+            f.write(execution.dumps({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "wall_seconds": run_seconds}) + "\n")
+    if not os.path.exists(path):
+        return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -370,9 +372,15 @@ def cmd_maxofk_sweep(args):
     os.makedirs(out, exist_ok=True)
     start = time.perf_counter()
     cells, models = plan(args, strategies, out)
-    with execution.Executor(execution.options(args)) as ex:
-        rows = ex.run(out, "cells.jsonl", cells, "max-of-k cells")
-    summary = report(out, rows, models, strategies, time.perf_counter() - start)
+    seconds = None
+    if not args.report_only:  # else: read the log (another driver may be writing it) and write the outputs
+        with execution.Executor(execution.options(args)) as ex:
+            ex.run(out, "cells.jsonl", cells, "max-of-k cells")
+        seconds = time.perf_counter() - start
+    logged = execution.read_log(os.path.join(out, "cells.jsonl"), repair=False)
+    ids = {c.id for c in cells} | {f"train-{name}" for name in models}   # seeds trained in an earlier run too
+    rows = {k: r for k, r in logged.items() if k in ids}
+    summary = report(out, rows, models, strategies, seconds)
     print(f"{summary['seeds_complete']} of {summary['seeds_asked']} seeds complete "
           f"({len(rows)} cells logged); {time.perf_counter() - start:.0f} s this run")
     with open(os.path.join(out, "table.md")) as f:
@@ -399,5 +407,7 @@ def add_command(esub):
     p.add_argument("--keep-certificates", action="store_true",
                    help="keep every certificate in OUT_DIR/certs (about 250 kB each at d_vocab 64)")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
+    p.add_argument("--report-only", action="store_true",
+                   help="compute nothing: write table, summary, CSV and figure from the cells logged so far")
     execution.add_arguments(p)
     p.set_defaults(func=cmd_maxofk_sweep)
