@@ -21,7 +21,7 @@ from tcert.checker.numbers import parse_number  # noqa: E402
 from tcert.checker.kinds.influence import rate  # noqa: E402
 from tcert.checker.modelfile import load_model  # noqa: E402
 from tcert.generator import certificate  # noqa: E402
-from tcert.generator.influence.constants import adversarial_influence, influence_certificate  # noqa: E402
+from tcert.generator.influence import adversarial_influence, influence_certificate  # noqa: E402
 from tcert.generator.model.files import save_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +48,7 @@ def random_preln(tmp, layers, attention, seed=0):
 
 def robust(tmp, layers, attention):
     """The small-attention toy model of the corollary tests, where the C r(n) term (not C_abs) binds."""
-    from tcert.generator.influence.constants import robust_toy_model
+    from tcert.generator.influence import robust_toy_model
     path = os.path.join(tmp, f"robust_{layers}_{attention}.safetensors")
     save_model(path, *robust_toy_model(layers, n_ctx=64, attention=attention))
     return path

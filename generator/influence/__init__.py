@@ -1,1 +1,24 @@
+"""Generate `influence` certificates (and the corollary on one input).
 
+The float side computes the expensive matrix quantities with numpy (operator-norm trace-power bounds,
+row-norm maxima of W_E, W_pos, W_U) and a centre hint for the embedding and unembedding; the scalar
+recursion of docs/influence.md is then filled in by the checker's own derivation
+(`tcert.checker.kinds.influence.certified_needs`) run with a ledger that *records* each constant (rounded
+up by a tiny relative slack) instead of checking it.
+
+  ledger.py     FillLedger: records each constant the derivation asks for
+  norms.py      float estimates of the matrix constants, centre hints
+  constants.py  influence_parts / influence_certificate: certify with the checker's derivation, then write
+  corollary.py  corollary_certificate: the largest R the checker's movement bound allows on one input
+  search.py     adversarial_influence: the worst influence a search finds (tightness, tests)
+  models.py     toy_model, robust_toy_model, write_examples (the shipped certificates/influence/)
+  cli.py        `tcert influence` and the demo section
+"""
+
+from tcert.generator.influence.constants import DEFAULT_POWER, influence_certificate, influence_parts
+from tcert.generator.influence.corollary import corollary_certificate
+from tcert.generator.influence.models import robust_toy_model, toy_model, write_examples
+from tcert.generator.influence.search import adversarial_influence
+
+__all__ = ["DEFAULT_POWER", "adversarial_influence", "corollary_certificate", "influence_certificate",
+           "influence_parts", "robust_toy_model", "toy_model", "write_examples"]

@@ -9,7 +9,8 @@ from tcert.checker.modelfile import load_model
 
 from tcert.generator import SHIPPED as SHIPPED_ROOT, certificate
 from tcert.generator.cli import parse_tokens
-from tcert.generator.influence.constants import DEFAULT_POWER, corollary_certificate, influence_certificate
+from tcert.generator.influence.constants import DEFAULT_POWER, influence_certificate
+from tcert.generator.influence.corollary import corollary_certificate
 
 
 def cmd_influence(args) -> int:

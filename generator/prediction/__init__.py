@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from tcert.checker.errors import BadInput
 from tcert.generator import certificate
 from tcert.generator.model.forward import logits as forward_logits
 
@@ -14,6 +15,8 @@ RELATIVE_SLACK = 1e-9
 
 def predict(model, tokens: list) -> dict:
     """Float facts about the next token: predicted id, runner-up, float gap and a safe margin."""
+    if model.config.d_vocab < 2:
+        raise BadInput("a prediction needs d_vocab >= 2 (with one token there is no other to be ahead of)")
     lg = forward_logits(model, np.asarray([tokens], dtype=np.int64))[0]
     order = np.argsort(-lg, kind="stable")
     k, j = int(order[0]), int(order[1])

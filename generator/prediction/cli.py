@@ -11,8 +11,8 @@ from tcert.generator.demo import check_and_report
 from tcert.generator.prediction import prediction_certificate
 
 
-def cmd_predict(args):
-    from tcert.generator.prediction import prediction_certificate
+def cmd_predict(args) -> int:
+    """Write a prediction certificate for --tokens (exit 3 on a near-tie)."""
     model = load_model(args.model)
     tokens = parse_tokens(args.tokens)
     if not tokens or len(tokens) > model.config.n_ctx or min(tokens) < 0 or max(tokens) >= model.config.d_vocab:
@@ -33,6 +33,7 @@ def add_commands(sub):
     p.add_argument("--tokens", required=True, help="comma-separated token ids")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_predict)
+
 
 def demo_section(model, out_dir: str, backend: str) -> bool:
     """The prediction section: certify the model's answer on one input."""

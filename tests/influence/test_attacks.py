@@ -2,21 +2,24 @@
 
 Each test names the attack it documents and fails if the hole it guards reappears."""
 
+import random
 from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
 from tcert.checker.cli import main as check_main
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds import influence as infl
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
+from tcert.checker.kinds.influence import certified_needs
+from tcert.checker.kinds.influence.blocks import act_lipschitz
+from tcert.checker.kinds.influence.ledger import Ledger
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import format_number
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
+from tcert.testing.accuracy import write_certificate
 from tcert.testing.overwhelm import tiny_neox1l
-import mpmath
-import numpy as np
-import pytest
-import random
-from tcert.testing.accuracy import (write_certificate)
 
 
 def _mp_ln(x, w, b, eps):
@@ -56,7 +59,7 @@ def test_activation_lipschitz_constants(act):
     """act_lipschitz must bound |act'| everywhere: sample the derivative densely (50 digits) on
     [-12, 12], where all extremes lie (act' -> 0 or 1 outside), and compare with the checker's value."""
     B = make_backend("mpmath")
-    lip = infl.act_lipschitz(B, act)
+    lip = act_lipschitz(B, act)
     k, c = mpmath.mpf(44715) / 10 ** 6, mpmath.sqrt(2 / mpmath.pi)
     fns = {"relu": lambda x: max(x, 0), "gelu": lambda x: x * (1 + mpmath.erf(x / mpmath.sqrt(2))) / 2,
            "gelu_new": lambda x: x * (1 + mpmath.tanh(c * (x + k * x ** 3))) / 2}
@@ -89,7 +92,6 @@ def test_influence_on_a_position_free_model_equals_zero_learned_positions(tmp_pa
     forward pass is exactly that of the same model with learned positions W_pos = 0, so every constant the
     checker derives must equal that twin's (and embed.pos_norm is not asked for); the certificate built
     from those constants verifies through the CLI, and one constant claimed below its bound is REJECTED."""
-    from tcert.checker.kinds import influence as infl
     tensors, cfg = tiny_neox1l(0, n_ctx=8)
     cfg.pop("rotary_dim")
     nope_path, zero_path = str(tmp_path / "nope.safetensors"), str(tmp_path / "zero.safetensors")
@@ -97,7 +99,7 @@ def test_influence_on_a_position_free_model_equals_zero_learned_positions(tmp_pa
     save_model(zero_path, dict(tensors, **{"pos_embed.W_pos": np.zeros((8, cfg["d_model"]), np.float32)}),
                dict(cfg, positional_embedding_type="standard"))
 
-    class Recorder(infl.Ledger):
+    class Recorder(Ledger):
         """Claims every constant exactly at its recomputed bound."""
         def const(self, name, bound):
             self.claimed[name] = bound()
@@ -106,7 +108,7 @@ def test_influence_on_a_position_free_model_equals_zero_learned_positions(tmp_pa
     for name, path in (("nope", nope_path), ("zero", zero_path)):
         ld = Recorder({}, Obligations())
         zero = [Fraction(0)] * cfg["d_model"]
-        need = infl.derive(load_model(path), make_backend("flint"), ld, 8, 2, zero, zero, Obligations())
+        need = certified_needs(load_model(path), make_backend("flint"), ld, 8, 2, zero, zero)
         derived[name] = (ld.claimed, need)
     (c_nope, need_nope), (c_zero, need_zero) = derived["nope"], derived["zero"]
     assert c_zero.pop("embed.pos_norm") == 0 and "embed.pos_norm" not in c_nope

@@ -16,12 +16,14 @@ from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.numbers import parse_number
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence import harmonic, max_row_dist, opnorm, rate
+from tcert.checker.kinds.influence.norms import max_row_dist, operator_norm
+from tcert.checker.kinds.influence.rates import cap_factor, harmonic, rate
 from tcert.checker.modelfile import load_model
 from tcert.testing import example_scale
 from tcert.generator import certificate
 from tcert.generator.model.forward import residuals
-from tcert.generator.influence.constants import adversarial_influence, corollary_certificate, influence_certificate, robust_toy_model, toy_model
+from tcert.generator.influence import (adversarial_influence, corollary_certificate, influence_certificate,
+                                      robust_toy_model, toy_model)
 from tcert.generator.model.files import save_model
 
 CONFIGS = {
@@ -72,6 +74,31 @@ def test_verifies_and_backends_agree(tmp_path, name):
     cfg = model.config
     expected = "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
     assert cert["claim"]["rate"] == expected
+
+
+def test_obligations_and_figures(tmp_path):
+    """One obligation per constant ("influence: constant <name>", figure evidence.constants.<name> = the
+    recomputed bound, never above the claim), then "influence: claim C", ... with the recomputed needs as
+    figures claim.C, ...: exactly the needs the generator's run of the same derivation returned."""
+    from tcert.generator.influence import influence_parts
+    mpath, cpath, model, cert = build(tmp_path, **CONFIGS["L2-causal"])
+    ob = verify(cpath, mpath, "flint")
+    names = [o.name for o in ob.done]
+    claimed = consts(cert)
+    assert names[:len(claimed)] == [f"influence: constant {k}" for k in names_in_order(names)]
+    assert set(names_in_order(names)) == set(claimed)
+    for name, value in claimed.items():
+        assert ob.figure(f"evidence.constants.{name}") <= value
+    assert names[len(claimed):] == [f"influence: claim {k}" for k in ("C", "C_prob", "C_abs", "C_prob_abs")]
+    _, _, needs = influence_parts(model)
+    for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
+        assert ob.figure(f"claim.{key}") == needs[key] <= parse_number(cert["claim"][key], key)
+
+
+def names_in_order(obligation_names) -> list:
+    """The constant names of the "influence: constant <name>" obligations, in checking order."""
+    prefix = "influence: constant "
+    return [n[len(prefix):] for n in obligation_names if n.startswith(prefix)]
 
 
 def certified(cert, n, n_layers):
@@ -189,7 +216,7 @@ def test_mutation_every_constant_down_rejected(tmp_path):
     for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
         bad = copy.deepcopy(cert)
         bad["claim"][key] = certificate.num(parse_number(bad["claim"][key], key) * shrink)
-        with pytest.raises(Rejected, match=f"claim {key}"):
+        with pytest.raises(Rejected, match=f"influence: claim {key}:"):
             verify(write(tmp_path, bad), mpath, "flint")
 
 
@@ -244,7 +271,7 @@ def spectral(W) -> float:
         return float(mpmath.mpf(top) * (1 - mpmath.mpf(10) ** -40))
 
 
-def test_opnorm_and_row_norm_bounds():
+def test_operator_norm_and_row_norm_bounds():
     """The trace-power operator-norm bound is above the true spectral norm and within ~10% at p = 6;
     the centred row-distance bound is above the float value."""
     rng = np.random.default_rng(0)
@@ -253,12 +280,12 @@ def test_opnorm_and_row_norm_bounds():
         W = rng.normal(size=shape).astype(np.float32)
         true = spectral(W)
         for p in (0, 3, 6):
-            bound = float(opnorm(B, [W], p))
+            bound = float(operator_norm(B, [W], p))
             assert true <= bound
         assert bound <= 1.12 * true
         V, O = rng.normal(size=(shape[0], 3)).astype(np.float32), rng.normal(size=(3, shape[0])).astype(np.float32)
         true_ov = spectral(V.astype(np.float64) @ O.astype(np.float64))
-        assert true_ov <= float(opnorm(B, [V, O], 6)) <= 1.12 * true_ov
+        assert true_ov <= float(operator_norm(B, [V, O], 6)) <= 1.12 * true_ov
         c = rng.normal(size=shape[1])
         exact_sq = max(sum((Fraction(float(w)) - Fraction(float(x))) ** 2 for w, x in zip(row, c)) for row in W)
         got = max_row_dist(B, W, [Fraction(float(x)) for x in c])
@@ -283,6 +310,12 @@ def test_corollary_verifies_and_holds(tmp_path):
     for backend in ("flint", "mpmath"):
         ob = verify(path, mpath, backend)
         assert "survives ANY change" in ob.summary
+        margin = parse_number(cert["claim"]["corollary"]["prediction"]["margin"], "margin")
+        assert ob.figure("claim.corollary.prediction.margin") >= margin
+        assert ob.figure("claim.corollary.movement") < margin
+        assert [o.name for o in ob.done][-3:] == ["influence corollary: prediction logit gap",
+                                                  "influence corollary: gap_lipschitz",
+                                                  "influence corollary: R changes cannot close the gap"]
     from tcert.generator.model.forward import predictions
     rng = np.random.default_rng(0)
     R, k = info["R"], info["predicted"]
@@ -362,7 +395,6 @@ def test_randmodel_families(tmp_path, arch, overrides):
 
 def test_cap_factor_and_rate():
     """cap_k >= m / H_m^(k-1) for every m <= n_max (exact rationals), n_max in the bidirectional case."""
-    from tcert.checker.kinds.influence import cap_factor
     B = make_backend("mpmath")
     for n_max in (2, 7, 40):
         for k in (1, 2, 3, 5):

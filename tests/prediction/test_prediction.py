@@ -22,6 +22,7 @@ from tcert.checker.kinds.prediction import check_claim
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
 from tcert.generator import certificate
+from tcert.generator.model.files import save_model
 from tcert.generator.model.forward import logits as float_logits
 from tcert.generator.prediction import prediction_certificate
 from tcert.testing.prediction import ARCHS, build
@@ -119,8 +120,9 @@ def test_prediction_verifies_both_backends(models, name, tmp_path):
         ob = verify(path, model.path, backend)
         got = ob.certificate
         assert got["kind"] == "prediction" and f"next token is {p['predicted']}" in ob.summary
-        assert [o.name for o in ob.done] == ["claim: rigorous forward pass"]
+        assert [o.name for o in ob.done] == ["prediction: logit gap"]
         certified[backend] = check_claim(make_backend(backend), model, cert["claim"], Obligations())
+        assert ob.figure("claim.margin") == certified[backend]     # the certified min gap, as a figure
     # Both certified margins are within float error of the float gap and above the claim.
     margin = Fraction(float.fromhex(cert["claim"]["margin"]))
     for value in certified.values():
@@ -136,10 +138,10 @@ def test_cli_exit_codes(models, tmp_path, capsys, backend):
     assert code == 0 and line.startswith("VERIFIED: prediction: on 8 input tokens the next token is")
     code, line = run_cli(capsys, path, model.path, backend, "--json")
     doc = json.loads(line)
-    assert code == 0 and doc["verdict"] == "VERIFIED" and doc["obligations"][0]["name"].startswith("claim")
+    assert code == 0 and doc["verdict"] == "VERIFIED" and doc["obligations"][0]["name"] == "prediction: logit gap"
     bad = dict(cert, claim=dict(cert["claim"], predicted=p["runner_up"]))
     code, line = run_cli(capsys, write_cert(str(tmp_path), bad, "bad"), model.path, backend)
-    assert code == 1 and line.startswith("REJECTED: claim: logit gap: ")
+    assert code == 1 and line.startswith("REJECTED: prediction: logit gap: ")
     code, line = run_cli(capsys, str(tmp_path / "missing.json"), model.path, backend)
     assert code == 2 and line.startswith("ERROR: certificate: cannot read")
 
@@ -180,9 +182,9 @@ def test_margin_above_certified_gap_rejected(models, tmp_path, name, backend):
     cases = {
         "certified": (certified, "VERIFIED"),
         "half": (certified / 2, "VERIFIED"),
-        "certified+2^-60 rel": (certified * (1 + Fraction(1, 2 ** 60)), "claim: logit gap"),
-        "float gap": (Fraction(p["gap"]) * (1 + Fraction(1, 10 ** 6)), "claim: logit gap"),
-        "double": (certified * 2, "claim: logit gap"),
+        "certified+2^-60 rel": (certified * (1 + Fraction(1, 2 ** 60)), "prediction: logit gap"),
+        "float gap": (Fraction(p["gap"]) * (1 + Fraction(1, 10 ** 6)), "prediction: logit gap"),
+        "double": (certified * 2, "prediction: logit gap"),
     }
     for tag, (margin, expected) in cases.items():
         edited = dict(cert, claim=dict(cert["claim"], margin=format_number(margin)))
@@ -199,7 +201,7 @@ def test_other_predicted_token_rejected(models, tmp_path, name):
         if k == p["predicted"]:
             continue
         edited = dict(cert, claim=dict(cert["claim"], predicted=k))
-        assert verdict(write_cert(str(tmp_path), edited, f"k{k}"), model.path) == "claim: logit gap"
+        assert verdict(write_cert(str(tmp_path), edited, f"k{k}"), model.path) == "prediction: logit gap"
 
 
 @pytest.mark.parametrize("name", ["neox1l-rotate-half", "preln-gelu_new", "attn-only-2l-bidirectional"])
@@ -225,7 +227,7 @@ def test_changed_input_token(models, tmp_path, name):
             edited = dict(cert, claim=dict(cert["claim"], tokens=new))
             got = verdict(write_cert(str(tmp_path), edited, "x"), model.path)
             if gap < margin - Fraction(1, 10 ** 6):
-                assert got == "claim: logit gap", (pos, t, float(gap))
+                assert got == "prediction: logit gap", (pos, t, float(gap))
                 rejected += 1
             elif gap > margin + Fraction(1, 10 ** 6):
                 assert got == "VERIFIED", (pos, t, float(gap))
@@ -302,6 +304,24 @@ def test_form_errors_exit_2(models, tmp_path, capsys, case):
         verify(path, model.path)
     code, line = run_cli(capsys, path, model.path)
     assert code == 2 and line.startswith("ERROR: "), line
+
+
+def test_single_token_vocabulary_is_bad_input(tmp_path, capsys):
+    """d_vocab = 1: no other token to be ahead of (the min gap would be over an empty set). The checker:
+    ERROR, exit 2, one line; the generator's `tcert predict`: exit 2."""
+    from tcert.generator.model.random_models import random_model
+    path = str(tmp_path / "v1.safetensors")
+    save_model(path, *random_model("preln", d_vocab=1, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=4,
+                                   n_layers=1, seed=0))
+    model = load_model(path)
+    cert = certificate.envelope("prediction", model, {"tokens": [0, 0], "predicted": 0, "margin": "1"}, {})
+    cpath = write_cert(str(tmp_path), cert, "v1")
+    with pytest.raises(BadInput, match="d_vocab = 1"):
+        verify(cpath, path)
+    code, line = run_cli(capsys, cpath, path)
+    assert code == 2 and line.startswith("ERROR: claim: the model has d_vocab = 1"), line
+    from tcert.generator.cli import main as tcert_main     # the generator refuses too (exit 2, no traceback)
+    assert tcert_main(["predict", "--model", path, "--tokens", "0,0", "--out", str(tmp_path / "p.json")]) == 2
 
 
 def test_equivalent_number_forms_verify(models, tmp_path):

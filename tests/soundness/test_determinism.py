@@ -29,7 +29,7 @@ def write_model(tmp_path, name, tensors_cfg):
 
 def tiny_models(tmp_path):
     """One model file per kind's family (small: the whole file runs in seconds)."""
-    from tcert.generator.influence.constants import robust_toy_model, toy_model
+    from tcert.generator.influence import robust_toy_model, toy_model
     from tcert.testing.overwhelm import tiny_neox1l
     from tcert.testing.accuracy import constructed
     return {"prediction": write_model(tmp_path, "pred", random_model("preln", d_vocab=8, d_model=8, n_heads=2,
@@ -53,7 +53,7 @@ def generate(kind, path, variant):
     if kind == "accuracy":
         from tcert.generator.accuracy.strategies import make_certificate
         return certificate.dumps(make_certificate(model, variant)[0])
-    from tcert.generator.influence.constants import corollary_certificate, influence_certificate
+    from tcert.generator.influence import corollary_certificate, influence_certificate
     if variant == "corollary":
         return certificate.dumps(corollary_certificate(model, [1, 2, 0, 1, 2, 0, 1, 2])[0])
     return certificate.dumps(influence_certificate(model))
@@ -98,7 +98,7 @@ def test_same_inputs_same_bytes(models, tmp_path, capsys, kind, variant):
 def test_influence_generator_backend_independent(models):
     """The influence generator derives its constants with the checker's routines: with the Arb or the
     mpmath backend it writes the same claim and evidence."""
-    from tcert.generator.influence.constants import influence_parts
+    from tcert.generator.influence import influence_parts
     model = load_model(models["influence"])
     flint = influence_parts(model, backend="flint")[:2]
     mp = influence_parts(model, backend="mpmath")[:2]

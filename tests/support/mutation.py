@@ -537,7 +537,7 @@ def tiny_cases(workdir: str) -> list:
     """Small certificates of every kind generated on tiny models written under `workdir`."""
     from tcert.checker.modelfile import load_model
     from tcert.generator.accuracy.strategies import make_certificate
-    from tcert.generator.influence.constants import corollary_certificate, influence_certificate, robust_toy_model, toy_model
+    from tcert.generator.influence import corollary_certificate, influence_certificate, robust_toy_model, toy_model
     from tcert.generator.model.files import save_model
     from tcert.generator.overwhelm.naive_lp import generate
     from tcert.generator.overwhelm.tight import generate_tight
@@ -713,13 +713,11 @@ def hair(x: Fraction) -> Fraction:
 def certified_values(case) -> dict:
     """Check the case once (flint) with hooks on the kinds' internals; return the certified values:
     prediction/corollary margins, overwhelm deviation W and sample gap, accuracy count, influence needs."""
-    import tcert.checker.kinds.influence as I
     import tcert.checker.kinds.overwhelm as O
     import tcert.checker.kinds.prediction as P
     import tcert.checker.kinds.overwhelm.bounds as OB
     with tempfile.TemporaryDirectory() as d, capture(P, "check_claim", []) as pc, \
-            capture(O, "check_claim", []) as oc, capture(OB, "deviation", []) as dev, \
-            capture(I, "derive", []) as need, capture(I, "check_prediction", []) as cor:
+            capture(O, "check_claim", []) as oc, capture(OB, "deviation", []) as dev:
         verdict, summary = run_checker(case.cert, case.model_path, "flint", d)
     assert verdict == "verified", summary
     out = {"summary": summary}
@@ -729,10 +727,11 @@ def certified_values(case) -> dict:
         out["sample_margin"] = oc[0]
     if dev:
         out["deviation"] = dev[0][0]
-    if need:
-        out["need"] = need[0]
-    if cor:
-        out["corollary_margin"] = cor[0]
+    if case.kind == "influence":   # the recomputed needs and the corollary's certified margin, as figures
+        ob = verify(case.cert, case.model_path, "flint")
+        out["need"] = {k: ob.figure(f"claim.{k}") for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
+        if "corollary" in case.cert["claim"]:
+            out["corollary_margin"] = ob.figure("claim.corollary.prediction.margin")
     return out
 
 

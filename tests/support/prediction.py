@@ -1,14 +1,10 @@
 """Tiny random models of every architecture variant the model format can declare."""
 
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
+import os
+
 from tcert.checker.modelfile import load_model
 from tcert.generator.model.files import save_model
 from tcert.generator.model.random_models import random_model
-import os
-
-
-BACKENDS = ("flint", "mpmath")
-
 
 SIZE = dict(d_vocab=16, d_model=16, n_heads=2, d_head=8, d_mlp=32, n_ctx=8)
 

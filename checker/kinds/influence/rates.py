@@ -1,0 +1,34 @@
+"""The claimed rate r(n) and the position weights rho_k(m) the induction carries (docs/influence.md,
+steps 6 and 7): rho_k(m) = 1/n for bidirectional attention (and after one block), H_m^(k-1)/m for
+causal attention after k >= 2 blocks."""
+
+from fractions import Fraction
+
+RATES = ("inverse", "harmonic")
+
+
+def harmonic(n: int) -> Fraction:
+    """H_n = 1 + 1/2 + ... + 1/n exactly."""
+    return sum((Fraction(1, k) for k in range(1, n + 1)), Fraction(0))
+
+
+def rate(name: str, n: int, n_layers: int) -> Fraction:
+    """r(n) of the claimed rate: 1/n ("inverse") or H_n^(n_layers-1)/n ("harmonic")."""
+    return Fraction(1, n) if name == "inverse" else harmonic(n) ** (n_layers - 1) / n
+
+
+def rate_text(name: str, n_layers: int) -> str:
+    """r(n) as the summary line writes it."""
+    return "1/n" if name == "inverse" else f"H_n^{n_layers - 1}/n"
+
+
+def cap_factor(B, n_max: int, k: int, causal: bool) -> Fraction:
+    """An upper bound of max_{m <= n_max} 1/rho_k(m): n_max when rho_k(m) = 1/n (bidirectional) or k = 1;
+    max_m m / H_m^(k-1) when rho_k(m) = H_m^(k-1)/m (causal, after k >= 2 blocks)."""
+    if not causal or k == 1:
+        return Fraction(n_max)
+    best, h_m = Fraction(0), B.num(0)
+    for m in range(1, n_max + 1):
+        h_m = h_m + B.num(1) / m
+        best = max(best, B.upper(B.exp(B.log(B.num(m)) - (k - 1) * B.log(h_m))))
+    return best
