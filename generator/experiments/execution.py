@@ -266,6 +266,16 @@ def _relative(path):
     return os.path.normpath(path)
 
 
+def _write_files(run_dir, files):
+    """Write a row's files (relative path -> bytes) into the run folder, each atomically."""
+    for rel, data in files.items():
+        path = os.path.join(run_dir, _relative(rel))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".part", "wb") as f:
+            f.write(data)
+        os.replace(path + ".part", path)
+
+
 # ------------------------------------------------------------------------------------------ the driver
 
 @dataclass
@@ -340,10 +350,6 @@ class Executor:
                 self.client = Client(self.cluster)
         return self.client
 
-    def workers(self) -> list:
-        """Addresses of the cluster's workers now."""
-        return sorted(self._client().scheduler_info(n_workers=-1)["workers"])
-
     def run(self, run_dir, log_name, cells, desc="cells"):
         """Run every cell of `cells` not yet finished in `<run_dir>/<log_name>`; return id -> row for all
         of them. Rows are appended as tasks finish (files first, then the row)."""
@@ -366,7 +372,7 @@ class Executor:
         from tqdm import tqdm
         client = self._client()
         token = self.token
-        futures, produced = {}, {}
+        futures, produced, read = {}, {}, {}
         producers = {c.id: c for c in todo}
         order = {}
 
@@ -377,12 +383,14 @@ class Executor:
                     produced[key] = client.submit(_produced_bytes, futures[inp.cell], inp.path,
                                                   key=f"input-{inp.cell}-{token}", priority=order[inp.cell])
                 return produced[key]
-            path = inp.path if os.path.isabs(inp.path) else os.path.join(run_dir, inp.path)
-            with open(path, "rb") as f:
-                data = blob(f.read())
-            if data.sha256 not in self.shipped:
-                self.shipped[data.sha256] = client.submit(_ship, data, key=f"file-{data.sha256[:16]}-{token}")
-            return self.shipped[data.sha256]
+            path = os.path.abspath(inp.path if os.path.isabs(inp.path) else os.path.join(run_dir, inp.path))
+            if path not in read:       # each file is read and hashed once per run, shipped once per driver
+                with open(path, "rb") as f:
+                    data = blob(f.read())
+                if data.sha256 not in self.shipped:
+                    self.shipped[data.sha256] = client.submit(_ship, data, key=f"file-{data.sha256[:16]}-{token}")
+                read[path] = self.shipped[data.sha256]
+            return read[path]
 
         for c in sorted(todo, key=lambda c: any(isinstance(i, Produced) for i in c.inputs)):
             for inp in c.inputs:
@@ -405,12 +413,7 @@ class Executor:
                 fut.release()
                 if cid in done:      # a result can reach the driver only once; never log an id twice
                     continue
-                for rel, data in (row.pop("files", None) or {}).items():
-                    path = os.path.join(run_dir, _relative(rel))
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    with open(path + ".part", "wb") as f:
-                        f.write(data)
-                    os.replace(path + ".part", path)
+                _write_files(run_dir, row.pop("files", None) or {})
                 out.write(dumps(row) + "\n")
                 out.flush()
                 done[cid] = row
