@@ -91,6 +91,26 @@ def accuracy_estimate(model, samples, seed=0):
     return estimate_accuracy(model, samples, seed)
 
 
+# ------------------------------------------------------------------------------------------ text models
+
+def model_tokenizer(model_path, tokenizer_name):
+    """The tokenizer a text model names (its vocabulary file beside the model)."""
+    from tcert.generator.train.text_data import model_tokenizer as tokenizer
+    return tokenizer(model_path, tokenizer_name)
+
+
+def encode(tok, text):
+    """Token ids of `text`."""
+    from tcert.generator.train.text_data import encode as enc
+    return enc(tok, text)
+
+
+def held_out_sentences(corpus):
+    """The held-out sentences of a training corpus."""
+    from tcert.generator.train.text_data import held_out_sentences as held_out
+    return held_out(corpus)
+
+
 # --------------------------------------------------------------------------------------------- training
 
 def train_maxofk(k, seed, d_vocab, steps):

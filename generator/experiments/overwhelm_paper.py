@@ -41,7 +41,6 @@ COLORS = {"naive": "C0", "lp": "C1", "tight": "C2"}
 
 def fixed_tokens(tok, kind, n, sample, sentences):
     """The first n token ids of a fixed string of `kind`; `sample` seeds the random kinds."""
-    from tcert.generator.train import text_data
     rng = random.Random(f"{kind}:{sample}")
     ids = []
     while len(ids) < n:
@@ -53,7 +52,7 @@ def fixed_tokens(tok, kind, n, sample, sentences):
             text = " ".join(["what is it"] * (n // 3 + 2))
         else:
             raise BadInput(f"unknown fixed-string kind {kind!r}")
-        ids += text_data.encode(tok, text)
+        ids += families.encode(tok, text)
     return ids[:n]
 
 
@@ -133,13 +132,12 @@ def check_later(ex, rows, limit, out_dir, log_name, model_path, backend):
 
 def sweep_tasks(tok, lengths, samples, methods, frees, sentences, cert_rel, check, backend):
     """Every cell of the fixed-string sweep as a task dict (ids are stable across runs)."""
-    from tcert.generator.train import text_data
-    query = text_data.encode(tok, QUERY_TEXT)
+    query = families.encode(tok, QUERY_TEXT)
     if len(query) != 1:
         raise BadInput(f"the query {QUERY_TEXT!r} is not one token in this vocabulary")
     tasks = []
     for free_name in frees:
-        free = text_data.encode(tok, FREE_TEXTS[free_name])
+        free = families.encode(tok, FREE_TEXTS[free_name])
         for kind in FIXED_KINDS:
             for sample in range(1 if kind == "whatisit" else samples):
                 for n in lengths:
@@ -166,9 +164,8 @@ def run_tasks(ex, tasks, model_path, out_dir, log_name, desc):
 def generation_rows(ex, model_path, tok, prefix, free_name, steps, out_dir, cert_rel, check, backend):
     """Figure 4: grow the fixed string by the predicted token `steps` times (one cell per step; each step
     needs the previous one's prediction, so they run one after the other)."""
-    from tcert.generator.train import text_data
-    free = text_data.encode(tok, FREE_TEXTS[free_name])
-    query = text_data.encode(tok, QUERY_TEXT)[0]
+    free = families.encode(tok, FREE_TEXTS[free_name])
+    query = families.encode(tok, QUERY_TEXT)[0]
     model = File(os.path.abspath(model_path))
     rows = []
     prefix = list(prefix)
@@ -269,12 +266,11 @@ def _ints(text):
 
 def cmd_overwhelm_paper(args):
     """Run the sweep (resuming), the generation experiment, and write CSV and plots."""
-    from tcert.generator.train import text_data
     model = _model(args.model)
-    tok = text_data.model_tokenizer(args.model, model.config.tokenizer)
+    tok = families.model_tokenizer(args.model, model.config.tokenizer)
     os.makedirs(args.out_dir, exist_ok=True)
     cert_rel = os.path.relpath(args.cert_dir, args.out_dir) if args.cert_dir else "certs"
-    sentences = text_data.held_out_sentences(args.corpus)
+    sentences = families.held_out_sentences(args.corpus)
     lengths = _ints(args.lengths)
     if max(lengths) + 64 > model.config.n_ctx:
         raise BadInput(f"--lengths up to {max(lengths)} leave no room for the free tokens in n_ctx {model.config.n_ctx}")

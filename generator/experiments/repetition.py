@@ -134,17 +134,16 @@ def plot(rows, theory, path, n_ctx):
 
 def cmd_overwhelm_repetition(args):
     """Run the repetition sweep (resuming), check certificates, write CSV, summary and plot."""
-    from tcert.generator.train import text_data
     from tcert.generator.experiments.overwhelm_paper import check_later, run_tasks, write_csv
     model = families.load_model(args.model)
     c = model.config
     if c.positional_embedding_type != "none":
         print("note: appendix F assumes a model without positions; this one is "
               f"{c.positional_embedding_type!r}: PTP and the predicted curve are then only indicative")
-    tok = text_data.model_tokenizer(args.model, c.tokenizer) if c.tokenizer else None
+    tok = families.model_tokenizer(args.model, c.tokenizer) if c.tokenizer else None
     tokens = {}
     for word in args.tokens.split():
-        ids = [int(word)] if word.isdigit() else text_data.encode(tok, word)
+        ids = [int(word)] if word.isdigit() else families.encode(tok, word)
         if len(ids) != 1:
             raise BadInput(f"--tokens: {word!r} is not one token in this vocabulary")
         tokens[ids[0]] = word
