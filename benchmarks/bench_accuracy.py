@@ -11,19 +11,16 @@ Wall times go to stdout only.
 import argparse
 import glob
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from tcert.checker.verify import verify  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
-from tcert.generator import certificate  # noqa: E402
-from tcert.generator.accuracy.strategies import make_certificate  # noqa: E402
-from tcert.generator.model.importers import import_npz  # noqa: E402
-from tcert.generator.model.files import save_model  # noqa: E402
+from tcert.checker.verify import verify
+from tcert.checker.modelfile import load_model
+from tcert.generator import certificate
+from tcert.generator.accuracy.strategies import make_certificate
+from tcert.generator.model.importers import import_npz
+from tcert.generator.model.files import save_model
+from tcert.testing import ROOT
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:exact-eqke",
               "subcubic:svd-rec+eu", "subcubic:exact-eqke+eu")

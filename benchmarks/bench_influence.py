@@ -10,21 +10,18 @@ that random + greedy substitution search finds, and their ratio (>= 1 always; 1 
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tcert.checker.verify import verify
+from tcert.checker.numbers import parse_number
+from tcert.checker.kinds.influence import rate
+from tcert.checker.modelfile import load_model
+from tcert.generator import certificate
+from tcert.generator.influence import adversarial_influence, influence_certificate
+from tcert.generator.model.files import save_model
+from tcert.testing import ROOT
 
-from tcert.checker.verify import verify  # noqa: E402
-from tcert.checker.numbers import parse_number  # noqa: E402
-from tcert.checker.kinds.influence import rate  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
-from tcert.generator import certificate  # noqa: E402
-from tcert.generator.influence import adversarial_influence, influence_certificate  # noqa: E402
-from tcert.generator.model.files import save_model  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHOR = os.path.join(ROOT, "certificates", "anchors", "maxofk", "maxof4_seed123.npz")
 
 

@@ -11,69 +11,20 @@ The prefix is one token repeated (the paper's "repeated string" setting), the to
 attends to most, which makes a dominant prefix. If the float verdict is still Inconclusive, the
 certificate is written anyway (generate(force=True)) and the checker runs every obligation, rejecting
 only at the last one (W < PTP/2); the timings are then still those of the full recomputation.
-The checker runs in a fresh subprocess (Arb backend) so that its peak RSS is its own.
+The checker (`tcert.checker.verify.verify`, Arb backend) runs in a fresh subprocess so that its peak RSS is
+its own (`tcert.testing.bench.fresh_check`).
 With looseness on, the float value of the exact d_vocab x d_vocab OV-table bound is computed (chunked
 float64) and compared with the certified Cauchy-Schwarz ("norm") bound the any-case certificate uses.
 """
 
 import argparse
-import json
 import os
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-SHAPE = dict(d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=2048)
-
-
-def check_only(cert_path, model_path):
-    """Subprocess mode: run the kind's check with Arb, print verdict, per-obligation times, peak RSS."""
-    from tcert.checker.envelope import load_certificate
-    from tcert.checker.errors import Rejected
-    from tcert.checker.interval import make_backend
-    from tcert.checker.kinds.overwhelm import check
-    from tcert.checker.modelfile import load_model
-    from tcert.checker.obligations import Obligations
-    start = time.perf_counter()
-    cert = load_certificate(cert_path)
-    model = load_model(model_path)
-    assert model.sha256 == cert["model_sha256"]
-    load = time.perf_counter() - start
-    ob = Obligations()
-    try:
-        check(model, cert["claim"], cert["evidence"], make_backend("flint"), ob)
-        verdict = "VERIFIED"
-    except Rejected as e:
-        verdict = f"REJECTED: {e}"
-    total = time.perf_counter() - start
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"verdict": verdict, "seconds": total, "load_seconds": load, "obligations": [(o.name, o.seconds) for o in ob.done],
-                      "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_gb": usage.ru_maxrss / 2 ** 20}))
-
-
-def build_model(path):
-    from tcert.generator.model.files import save_model
-    from tcert.generator.model.random_models import random_model
-    if not os.path.exists(path):
-        t, c = random_model("neox1l", seed=0, **SHAPE)
-        save_model(path, t, c)
-    from tcert.checker.modelfile import load_model
-    return load_model(path)
-
-
-def dominant_prefix_token(model, query, n_fix, n_free):
-    """The token with the largest mean attention score from the query (over heads, offsets 1..64)."""
-    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables
-    fm = FloatModel(model)
-    T = float_tables(fm, [], query, list(range(model.config.d_vocab)), 64)
-    return int(np.argmax(T["S"].mean(axis=(0, 2))))
+from tcert.testing.bench import SHAPE, dominant_prefix_token, fresh_check, paper_model
 
 
 def float_table_looseness(model, report, T):
@@ -105,7 +56,7 @@ def run_case(name, model, model_path, workdir, looseness):
     else:
         n_fix, spec, method = 1000, ("any", 16, None), "naive"
     t0 = time.perf_counter()
-    dom = dominant_prefix_token(model, query, n_fix, spec[1])
+    dom = dominant_prefix_token(model, query)
     t_pick = time.perf_counter() - t0
     prefix = [dom] * n_fix
     t0, c0 = time.perf_counter(), time.process_time()
@@ -118,18 +69,16 @@ def run_case(name, model, model_path, workdir, looseness):
     print(format_report(report))
     print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU (float verdict {report['verdict']}; choosing the prefix token took "
           f"{t_pick:.2f} s, not counted)")
-    out = subprocess.run([sys.executable, __file__, "--check-only", path, model_path],
-                         capture_output=True, text=True, check=True)
-    res = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"checker (Arb, fresh process): {res['seconds']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU, incl. "
+    res = fresh_check(path, model_path)
+    print(f"checker (Arb, fresh process): {res['with_load']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU, incl. "
           f"{res['load_seconds']:.2f} s loading; "
           f"peak RSS {res['peak_rss_gb']:.2f} GB; verdict {res['verdict'][:160]}")
-    work = sum(s for _, s in res["obligations"])
+    total, work = res["with_load"], sum(s for _, s in res["obligations"])
     for n, s in res["obligations"]:
-        print(f"   {100 * s / res['seconds']:5.1f}%  {s:8.2f} s  {n}")
-    print(f"   {100 * (res['seconds'] - work) / res['seconds']:5.1f}%  {res['seconds'] - work:8.2f} s  "
+        print(f"   {100 * s / total:5.1f}%  {s:8.2f} s  {n}")
+    print(f"   {100 * (total - work) / total:5.1f}%  {total - work:8.2f} s  "
           f"loading, parsing, Weights conversion outside obligations")
-    print(f"generator/checker time ratio: {t_gen / res['seconds']:.3f} wall")
+    print(f"generator/checker time ratio: {t_gen / total:.3f} wall")
     print(f"machine load while the case ran (1-min load average on 2 cores): {os.getloadavg()[0]:.1f}")
     if looseness and report["value_bound"] == "norm":
         T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
@@ -146,15 +95,12 @@ def main():
     ap.add_argument("--case", choices=["perm", "any", "both"], default="both")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-looseness", action="store_true")
-    ap.add_argument("--check-only", nargs=2, metavar=("CERT", "MODEL"))
     args = ap.parse_args()
-    if args.check_only:
-        return check_only(*args.check_only)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-")
     os.makedirs(workdir, exist_ok=True)
     model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
     t0 = time.perf_counter()
-    model = build_model(model_path)
+    model = paper_model(model_path)
     print(f"model {model_path}: {SHAPE} (build/load {time.perf_counter() - t0:.1f} s)")
     for case in (["perm", "any"] if args.case == "both" else [args.case]):
         run_case(case, model, model_path, workdir, not args.no_looseness)

@@ -10,7 +10,7 @@ as the free multiset. For each cell and method, in fresh subprocesses (so that e
 own: `resource.getrusage(RUSAGE_SELF).ru_maxrss`):
   generator: load the model, run generate (naive/lp) or generate_tight with force=True (the
              certificate is written even when Inconclusive, so the checker runs every obligation);
-  checker:   load the model and certificate, run the overwhelm kind's check with Arb (flint).
+  checker:   load the model, then `tcert.checker.verify.verify` with Arb (flint) (tcert.testing.bench).
 Reported: wall seconds without model loading (and with), CPU seconds, peak RSS, the bound, the
 checker's verdict, and `uptime` before and after (the machine is shared).
 """
@@ -18,24 +18,13 @@ checker's verdict, and `uptime` before and after (the machine is shared).
 import argparse
 import json
 import os
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from tcert.testing.bench import dominant_prefix_token, fresh, fresh_check, machine_load, paper_model, usage
 
 BIG = "/work/text_big/text_big.safetensors"
 N_FIX = 1500
-
-
-def usage():
-    """(CPU seconds, peak RSS in GB) of this process so far."""
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime + u.ru_stime, u.ru_maxrss / 2 ** 20
 
 
 def cell_inputs(model, model_path, kind, free_name):
@@ -50,11 +39,10 @@ def cell_inputs(model, model_path, kind, free_name):
         return fixed_tokens(tok, kind, N_FIX, 0, sentences), text_data.encode(tok, QUERY_TEXT)[0], \
             ("perm", len(free), free)
     import numpy as np
-    from bench_overwhelm import dominant_prefix_token
     rng = np.random.default_rng(1)
     query = int(rng.integers(0, model.config.d_vocab))
     free = [int(x) for x in rng.integers(0, model.config.d_vocab, 12)]
-    return [dominant_prefix_token(model, query, N_FIX, 12)] * N_FIX, query, ("perm", 12, free)
+    return [dominant_prefix_token(model, query)] * N_FIX, query, ("perm", 12, free)
 
 
 def generate_only(model_path, kind, free_name, method, out):
@@ -79,39 +67,6 @@ def generate_only(model_path, kind, free_name, method, out):
                       "verdict": r["verdict"], "bound": bound, "n_free": spec[1]}))
 
 
-def check_only(cert_path, model_path):
-    """Subprocess mode: check one certificate with Arb and print timings as JSON."""
-    from tcert.checker.envelope import load_certificate
-    from tcert.checker.errors import Rejected
-    from tcert.checker.interval import make_backend
-    from tcert.checker.kinds.overwhelm import check
-    from tcert.checker.modelfile import load_model
-    from tcert.checker.obligations import Obligations
-    t0 = time.perf_counter()
-    cert, model = load_certificate(cert_path), load_model(model_path)
-    assert model.sha256 == cert["model_sha256"]
-    t1, c1 = time.perf_counter(), usage()[0]
-    try:
-        check(model, cert["claim"], cert["evidence"], make_backend("flint"), Obligations())
-        verdict = "VERIFIED"
-    except Rejected as e:
-        verdict = f"REJECTED: {str(e)[:80]}"
-    t2, (c2, rss) = time.perf_counter(), usage()
-    print(json.dumps({"seconds": t2 - t1, "with_load": t2 - t0, "cpu": c2 - c1, "rss_gb": rss, "verdict": verdict}))
-
-
-def sub(*argv):
-    """Run this script in a fresh process with `argv` and return its JSON line."""
-    out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def uptime():
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -120,38 +75,34 @@ def main():
     ap.add_argument("--methods", default="naive,lp,tight")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--generate-only", nargs=5, metavar=("MODEL", "KIND", "FREE", "METHOD", "OUT"))
-    ap.add_argument("--check-only", nargs=2, metavar=("CERT", "MODEL"))
     args = ap.parse_args()
     if args.generate_only:
         return generate_only(*args.generate_only)
-    if args.check_only:
-        return check_only(*args.check_only)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-cells-")
     os.makedirs(workdir, exist_ok=True)
     model_path = args.model or (BIG if os.path.exists(BIG) else None)
     if model_path is None:
-        from bench_overwhelm import build_model
         model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
-        build_model(model_path)
+        paper_model(model_path)
     print(f"model {model_path}; n_fix {N_FIX}")
-    print(f"uptime before: {uptime()}")
+    print(f"uptime before: {machine_load()}")
     rows = []
     for kind in args.kinds.split(","):
         for method in args.methods.split(","):
             cert = os.path.join(workdir, f"{kind}-{args.free}-{method}.json")
-            g = sub("--generate-only", model_path, kind, args.free, method, cert)
-            c = sub("--check-only", cert, model_path)
+            g = fresh([__file__, "--generate-only", model_path, kind, args.free, method, cert])
+            c = fresh_check(cert, model_path)
             rows.append((kind, method, g, c))
             print(f"{kind:8s} {args.free} (n_free {g['n_free']}) {method:5s}: generator {g['seconds']:7.2f} s "
                   f"({g['with_load']:.1f} s with loading, {g['cpu']:.1f} s CPU, peak RSS {g['rss_gb']:.2f} GB; "
                   f"{g['verdict']}, {g['bound']}) | checker {c['seconds']:7.1f} s ({c['with_load']:.1f} s with "
-                  f"loading, {c['cpu']:.1f} s CPU, peak RSS {c['rss_gb']:.2f} GB; {c['verdict']}) | "
+                  f"loading, {c['cpu_seconds']:.1f} s CPU, peak RSS {c['peak_rss_gb']:.2f} GB; {c['verdict'][:80]}) | "
                   f"load now {os.getloadavg()[0]:.1f}", flush=True)
-    print(f"uptime after: {uptime()}")
+    print(f"uptime after: {machine_load()}")
     print("\n| fixed kind | method | generator s | generator peak RSS GB | checker s | checker peak RSS GB | verdict |")
     print("|---|---|---|---|---|---|---|")
     for kind, method, g, c in rows:
-        print(f"| {kind} | {method} | {g['seconds']:.2f} | {g['rss_gb']:.2f} | {c['seconds']:.1f} | {c['rss_gb']:.2f} | "
+        print(f"| {kind} | {method} | {g['seconds']:.2f} | {g['rss_gb']:.2f} | {c['seconds']:.1f} | {c['peak_rss_gb']:.2f} | "
               f"{g['verdict']} / {c['verdict'][:40]} |")
 
 

@@ -9,32 +9,19 @@ every bias drawn (std 0.1) and partial rotary (rotary_dim 16 = 25% of the head, 
 Use a workdir of its own: the model file keeps bench_overwhelm_tight's name.
 """
 
-import os
-import sys
+import argparse
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from tcert.testing.bench import tight_case
 
 
-def build_model(path):
-    """The paper-scale real-block model (cached at path)."""
-    import bench_overwhelm as bo
-    from tcert.checker.modelfile import load_model
-    from tcert.generator.model.files import save_model
-    from tcert.generator.model.random_models import random_model
-    if not os.path.exists(path):
-        t, c = random_model("neox1l", seed=0, shared_ln=False, final_ln=True, act_fn="gelu", rotary_dim=16,
-                            bias_std=0.1, **bo.SHAPE)
-        save_model(path, t, c)
-    return load_model(path)
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workdir")
+    ap.add_argument("--n-fix", type=int, default=1500)
+    args = ap.parse_args()
+    tight_case(args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-real-"), args.n_fix, real_block=True)
 
 
 if __name__ == "__main__":
-    import bench_overwhelm
-    import bench_overwhelm_tight
-    bench_overwhelm.build_model = build_model
-    if "--workdir" not in sys.argv:
-        sys.argv += ["--workdir", tempfile.mkdtemp(prefix="tcert-bench-overwhelm-real-")]
-    bench_overwhelm_tight.main()
+    main()

@@ -17,20 +17,17 @@ own `Obligations` record.
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tcert.checker.verify import verify  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
-from tcert.generator import certificate  # noqa: E402
-from tcert.generator.model.files import save_model  # noqa: E402
-from tcert.generator.prediction import prediction_certificate  # noqa: E402
-from tcert.generator.model.random_models import random_model  # noqa: E402
+from tcert.checker.verify import verify
+from tcert.checker.modelfile import load_model
+from tcert.generator import certificate
+from tcert.generator.model.files import save_model
+from tcert.generator.prediction import prediction_certificate
+from tcert.generator.model.random_models import random_model
 
 PAPER = dict(d_vocab=30522, d_model=512, n_heads=8, d_head=64, d_mlp=2048, n_ctx=1024)
 SMALL = dict(d_vocab=64, d_model=32, n_heads=1, d_head=32, d_mlp=128, n_ctx=16)    # `tcert model random` defaults

@@ -14,12 +14,10 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import tcert.generator.accuracy.subcubic as ms  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
-from tcert.generator.accuracy.strategies import float_tables  # noqa: E402
+import tcert.generator.accuracy.subcubic as ms
+from tcert.checker.modelfile import load_model
+from tcert.generator.accuracy.tables import float_tables
+from tcert.testing import ROOT
 
 mean_diff = ms.value_bounds
 
@@ -28,9 +26,9 @@ def exact_tm(T, groups=None):
     """`value_bounds` with Tm computed exactly (cubic)."""
     Tm, Tq, EUp, Rpre = mean_diff(T)
     n, v = T["n"], T["v"]
-    EU, EV, PV = T["EU"], T["EV"], T["PV"]
-    Pn = (PV[: n - 1, None, :] - PV[: n - 1, :, None]).max(axis=0)
-    G = EV - np.diag(EV)[:, None] + Pn
+    EU, EVOU, PVOU = T["EU"], T["EVOU"], T["PVOU"]
+    Pn = (PVOU[: n - 1, None, :] - PVOU[: n - 1, :, None]).max(axis=0)
+    G = EVOU - np.diag(EVOU)[:, None] + Pn
     X = EU[:, None, :] + G[None, :, :]                      # (q, m, x)
     X[:, np.arange(v), np.arange(v)] = -np.inf
     return X.max(axis=2) - EU, Tq, EUp, Rpre

@@ -12,17 +12,14 @@ harness is tests/support/mutation.py (moves, classification, oracles); docs/soun
 
 import argparse
 import os
-import pathlib
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import tcert.testing.mutation as M  # noqa: E402
+import tcert.testing.mutation as M
+from tcert.testing import ROOT
 
 BIG = 5000   # shipped certificates with more mutants than this are sampled (--shipped-sample)
 

@@ -21,22 +21,19 @@ import csv
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tcert.checker.verify import verify  # noqa: E402
-from tcert.checker.modelfile import load_model  # noqa: E402
+from tcert.checker.verify import verify
+from tcert.checker.modelfile import load_model
 from tcert.generator import certificate
-from tcert.generator.train import text_data  # noqa: E402
-from tcert.generator.experiments.overwhelm_paper import FREE_TEXTS, QUERY_TEXT, fixed_tokens  # noqa: E402
-from tcert.generator.overwhelm.naive_lp import generate  # noqa: E402
-from tcert.generator.overwhelm.tight import generate_tight  # noqa: E402
+from tcert.generator.train import text_data
+from tcert.generator.experiments.overwhelm_paper import FREE_TEXTS, QUERY_TEXT, fixed_tokens
+from tcert.generator.overwhelm.naive_lp import generate
+from tcert.generator.overwhelm.tight import generate_tight
+from tcert.testing import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(ROOT, "certificates", "models", "text_small.safetensors")
 METHODS = ("naive", "lp", "tight")
 KINDS = ("whatisit", "alnum", "heldout")

@@ -13,44 +13,57 @@ import time
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import BACKENDS, DEFAULT_PREC
+from tcert.checker.numbers import show
 from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+MIN_PREC, MAX_PREC = 30, 4096
 
 
 def main(argv=None) -> int:
     """Entry point of tcert-check; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="tcert-check", description="Re-verify a tcert certificate.")
-    parser.add_argument("certificate")
-    parser.add_argument("--model", required=True, help="the model file (safetensors) the certificate binds to")
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="flint")
-    parser.add_argument("--prec", type=int, default=DEFAULT_PREC, help="interval precision in bits")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     start = time.perf_counter()
     result = {"certificate": args.certificate, "model": args.model, "backend": args.backend}
-    try:
-        if not 30 <= args.prec <= 4096:
-            raise BadInput("--prec must be between 30 and 4096 bits")
-        ob = verify(args.certificate, args.model, args.backend, args.prec)
-        code, line = EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}"
-        result.update(verdict="VERIFIED", kind=ob.kind, summary=ob.summary,
-                      obligations=[{"name": o.name, "seconds": round(o.seconds, 6)} for o in ob.done])
-    except Rejected as e:
-        code, line = EXIT_REJECTED, f"REJECTED: {e.obligation}: {e.detail}"
-        result.update(verdict="REJECTED", obligation=e.obligation, detail=e.detail)
-    except BadInput as e:
-        code, line = EXIT_BAD_INPUT, f"ERROR: {e}"
-        result.update(verdict="ERROR", error=str(e))
-    except (MemoryError, RecursionError) as e:
-        code, line = EXIT_BAD_INPUT, f"ERROR: input exhausted a resource limit ({type(e).__name__})"
-        result.update(verdict="ERROR", error=line)
-    except Exception as e:  # a checker bug must still never print a traceback or VERIFIED
-        code, line = EXIT_INTERNAL, f"INTERNAL ERROR: {type(e).__name__}: {str(e)[:200]}"
-        result.update(verdict="INTERNAL ERROR", error=line)
+    code, line, fields = outcome(args)
+    result.update(fields)
     result["seconds"] = round(time.perf_counter() - start, 3)
     print(json.dumps(result) if args.json else one_line(line))
     return code
+
+
+def parser() -> argparse.ArgumentParser:
+    """The tcert-check argument parser."""
+    p = argparse.ArgumentParser(prog="tcert-check", description="Re-verify a tcert certificate.")
+    p.add_argument("certificate")
+    p.add_argument("--model", required=True, help="the model file (safetensors) the certificate binds to")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="flint")
+    p.add_argument("--prec", type=int, default=DEFAULT_PREC, help="interval precision in bits")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
+    return p
+
+
+def outcome(args) -> tuple:
+    """(exit code, verdict line, JSON fields) of checking the certificate the arguments name. Every
+    outcome is one of the four exit codes; nothing escapes as a traceback."""
+    try:
+        if not MIN_PREC <= args.prec <= MAX_PREC:
+            raise BadInput(f"--prec {show(args.prec)} is not between {MIN_PREC} and {MAX_PREC} bits")
+        ob = verify(args.certificate, args.model, args.backend, args.prec)
+        return EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}", {
+            "verdict": "VERIFIED", "kind": ob.kind, "summary": ob.summary,
+            "obligations": [{"name": o.name, "seconds": round(o.seconds, 6)} for o in ob.done]}
+    except Rejected as e:
+        return EXIT_REJECTED, f"REJECTED: {e.obligation}: {e.detail}", {
+            "verdict": "REJECTED", "obligation": e.obligation, "detail": e.detail}
+    except BadInput as e:
+        return EXIT_BAD_INPUT, f"ERROR: {e}", {"verdict": "ERROR", "error": str(e)}
+    except (MemoryError, RecursionError) as e:
+        line = f"ERROR: input exhausted a resource limit ({type(e).__name__})"
+        return EXIT_BAD_INPUT, line, {"verdict": "ERROR", "error": line}
+    except Exception as e:  # a checker bug must still never print a traceback or VERIFIED
+        line = f"INTERNAL ERROR: {type(e).__name__}: {str(e)[:200]}"
+        return EXIT_INTERNAL, line, {"verdict": "INTERNAL ERROR", "error": line}
 
 
 def one_line(text: str) -> str:

@@ -16,6 +16,7 @@ import json
 import re
 
 from tcert.checker.errors import BadInput
+from tcert.checker.numbers import show
 
 FORMAT = "tcert-certificate"
 VERSION = 1
@@ -57,7 +58,7 @@ def _check_tree(value, where, depth, allow_float):
         return
     if isinstance(value, dict):
         for k, v in value.items():
-            _check_tree(v, f"{where}.{k}", depth + 1, allow_float)
+            _check_tree(v, f"{where}.{k[:40]}", depth + 1, allow_float)
     elif isinstance(value, list):
         if len(value) > MAX_ARRAY:
             raise BadInput(f"certificate: {where}: array longer than {MAX_ARRAY}")
@@ -67,6 +68,14 @@ def _check_tree(value, where, depth, allow_float):
 
 def parse_certificate_bytes(data: bytes) -> dict:
     """Decode and validate the envelope of a certificate; raise BadInput on any defect."""
+    doc = _json_object(data)
+    _check_envelope(doc)
+    return doc
+
+
+def _json_object(data: bytes) -> dict:
+    """The certificate's bytes as one JSON object: at most MAX_CERT_BYTES of UTF-8, no duplicate keys, no
+    NaN/Infinity constants, JSON floats marked (refused later outside `generator`)."""
     if len(data) > MAX_CERT_BYTES:
         raise BadInput(f"certificate: larger than {MAX_CERT_BYTES} bytes")
     try:
@@ -82,16 +91,18 @@ def parse_certificate_bytes(data: bytes) -> dict:
         raise BadInput(f"certificate: not valid JSON ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(doc, dict):
         raise BadInput("certificate: top level is not a JSON object")
-    missing = ENVELOPE_KEYS - set(doc)
-    if missing:
-        raise BadInput(f"certificate: missing field(s) {sorted(missing)}")
-    unknown = set(doc) - ENVELOPE_KEYS - {"generator"}
-    if unknown:
-        raise BadInput(f"certificate: unknown field(s) {sorted(unknown)[:5]}")
+    return doc
+
+
+def _check_envelope(doc: dict) -> None:
+    """The envelope fields: exactly the required ones (plus `generator`), each of its type and value."""
+    fields(doc, "certificate", ENVELOPE_KEYS, {"generator"})
     if doc["format"] != FORMAT:
         raise BadInput(f"certificate: format is not {FORMAT!r}")
-    if doc["version"] != VERSION or isinstance(doc["version"], bool):
-        raise BadInput(f"certificate: unsupported version {str(doc['version'])[:20]} (this checker reads {VERSION})")
+    version = doc["version"]
+    if version != VERSION or isinstance(version, bool):
+        shown = show(version) if isinstance(version, int) and not isinstance(version, bool) else str(version)[:20]
+        raise BadInput(f"certificate: unsupported version {shown} (this checker reads {VERSION})")
     if not isinstance(doc["kind"], str):
         raise BadInput("certificate: kind must be a string")
     if not isinstance(doc["model_sha256"], str) or not _SHA.match(doc["model_sha256"]):
@@ -102,7 +113,6 @@ def parse_certificate_bytes(data: bytes) -> dict:
         _check_tree(doc[key], key, 1, allow_float=False)
     if "generator" in doc and not isinstance(doc["generator"], dict):
         raise BadInput("certificate: generator must be an object")
-    return doc
 
 
 def load_certificate(path: str) -> dict:
@@ -124,5 +134,5 @@ def fields(obj: dict, where: str, required: set, optional: set = frozenset()) ->
         raise BadInput(f"{where}: missing field(s) {sorted(missing)}")
     unknown = set(obj) - required - set(optional)
     if unknown:
-        raise BadInput(f"{where}: unknown field(s) {sorted(unknown)[:5]}")
+        raise BadInput(f"{where}: unknown field(s) {sorted(k[:40] for k in unknown)[:5]}")
     return obj

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import BadInput
+from tcert.checker.numbers import show
 
 MAX_MODEL_BYTES = 8 << 30
 MAX_HEADER_BYTES = 16 << 20
@@ -81,13 +82,6 @@ class Config:
     def has_ln(self) -> bool:
         return self.normalization_type == "LN"
 
-    def to_json(self) -> dict:
-        """The config as the JSON object stored in a model file's metadata."""
-        out = {}
-        for key, value in self.__dict__.items():
-            out[key] = str(value) if isinstance(value, Fraction) else value
-        return out
-
 
 @dataclass
 class Model:
@@ -115,9 +109,9 @@ def _exact_config_number(value, key) -> Fraction:
     try:
         out = Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise BadInput(f"model config: {key}={value!r} is not an exact number") from None
+        raise BadInput(f"model config: {key}={text!r} is not an exact number") from None
     if out <= 0 or out > 10 ** 12 or out.denominator > 10 ** 30:
-        raise BadInput(f"model config: {key}={value!r} out of range")
+        raise BadInput(f"model config: {key}={show(out)} out of range (0, 10^12] with denominator <= 10^30")
     return out
 
 
@@ -127,15 +121,31 @@ def parse_config(raw: dict) -> Config:
         raise BadInput("model config: not a JSON object")
     unknown = set(raw) - set(CONFIG_DEFAULTS) - set(CONFIG_INTS)
     if unknown:
-        raise BadInput(f"model config: unknown field(s) {sorted(unknown)[:5]}")
-    cfg = dict(CONFIG_DEFAULTS)
-    cfg.update(raw)
+        raise BadInput(f"model config: unknown field(s) {sorted(k[:40] for k in unknown)[:5]}")
+    cfg = {**CONFIG_DEFAULTS, **raw}
+    _check_dimensions(cfg)
+    _check_choices(cfg)
+    cfg["eps"] = _exact_config_number(cfg["eps"], "eps")
+    cfg["rotary_base"] = _exact_config_number(cfg["rotary_base"], "rotary_base")
+    if cfg["attn_scale"] is not None:
+        cfg["attn_scale"] = _exact_config_number(cfg["attn_scale"], "attn_scale")
+    _check_parts(cfg)
+    return Config(**{k: cfg[k] for k in Config.__dataclass_fields__})
+
+
+def _check_dimensions(cfg: dict) -> None:
+    """The sizes: integers in [1, MAX_DIM]; at most 64 layers and 1024 heads."""
     for key in CONFIG_INTS:
         v = cfg.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
-            raise BadInput(f"model config: {key} must be an integer in [1, {MAX_DIM}], got {v!r}")
+            raise BadInput(f"model config: {key} must be an integer in [1, {MAX_DIM}], got {show(v)}")
     if cfg["n_layers"] > 64 or cfg["n_heads"] > 1024:
-        raise BadInput("model config: n_layers or n_heads out of range")
+        raise BadInput(f"model config: n_layers {show(cfg['n_layers'])} or n_heads {show(cfg['n_heads'])} "
+                       "out of range (at most 64 and 1024)")
+
+
+def _check_choices(cfg: dict) -> None:
+    """The switches: booleans and one of the named choices each."""
     for key in ("rotary_adjacent_pairs", "parallel_attn_mlp", "shared_ln", "final_ln", "attn_only"):
         if not isinstance(cfg[key], bool):
             raise BadInput(f"model config: {key} must be true or false")
@@ -147,25 +157,27 @@ def parse_config(raw: dict) -> Config:
         raise BadInput("model config: positional_embedding_type must be standard, rotary or none")
     if cfg["attention"] not in ("causal", "bidirectional"):
         raise BadInput("model config: attention must be causal or bidirectional")
-    cfg["eps"] = _exact_config_number(cfg["eps"], "eps")
-    cfg["rotary_base"] = _exact_config_number(cfg["rotary_base"], "rotary_base")
-    if cfg["attn_scale"] is not None:
-        cfg["attn_scale"] = _exact_config_number(cfg["attn_scale"], "attn_scale")
+
+
+def _check_parts(cfg: dict) -> None:
+    """The fields that depend on others: d_mlp (dropped when attn_only), rotary_dim (default d_head), the
+    tokenizer name, and final/shared LN (need LN)."""
     if cfg["attn_only"]:
         cfg["d_mlp"] = None
     elif isinstance(cfg["d_mlp"], bool) or not isinstance(cfg["d_mlp"], int) or not 1 <= cfg["d_mlp"] <= MAX_DIM:
-        raise BadInput("model config: d_mlp must be a positive integer unless attn_only")
+        raise BadInput(f"model config: d_mlp must be an integer in [1, {MAX_DIM}] unless attn_only, "
+                       f"got {show(cfg['d_mlp'])}")
     if cfg["positional_embedding_type"] == "rotary":
         rd = cfg["rotary_dim"]
         if rd is None:
             rd = cfg["rotary_dim"] = cfg["d_head"]
         if isinstance(rd, bool) or not isinstance(rd, int) or rd < 2 or rd % 2 or rd > cfg["d_head"]:
-            raise BadInput("model config: rotary_dim must be even and in [2, d_head]")
+            raise BadInput(f"model config: rotary_dim must be even and in [2, d_head = {cfg['d_head']}], "
+                           f"got {show(rd)}")
     if cfg["tokenizer"] is not None and not isinstance(cfg["tokenizer"], str):
         raise BadInput("model config: tokenizer must be a string or null")
     if cfg["normalization_type"] is None and (cfg["final_ln"] or cfg["shared_ln"]):
         raise BadInput("model config: final_ln/shared_ln need normalization_type \"LN\"")
-    return Config(**{k: cfg[k] for k in Config.__dataclass_fields__})
 
 
 def expected_shapes(c: Config) -> dict:
@@ -201,7 +213,8 @@ def _read_header(data: bytes):
         raise BadInput("model file: shorter than the 8-byte safetensors header length")
     n = int.from_bytes(data[:8], "little")
     if n > MAX_HEADER_BYTES or n > len(data) - 8:
-        raise BadInput(f"model file: header length {n} exceeds the file or the {MAX_HEADER_BYTES}-byte limit")
+        raise BadInput(f"model file: header length {show(n)} exceeds the file ({show(len(data) - 8)} bytes after "
+                       f"it) or the {MAX_HEADER_BYTES}-byte limit")
     try:
         header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -239,45 +252,36 @@ def parse_model_bytes(data: bytes) -> Model:
     sha = hashlib.sha256(data).hexdigest()
     header, start = _read_header(data)
     meta = header.pop("__metadata__", {})
+    config = parse_config(_config_object(meta))
+    tensors = _read_tensors(data, header, start, expected_shapes(config))
+    return Model(config=config, tensors=tensors, sha256=sha, metadata=meta)
+
+
+def _config_object(meta) -> dict:
+    """The JSON config object in the safetensors metadata (a string-to-string map)."""
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise BadInput("model file: __metadata__ must map strings to strings")
     if "config" not in meta:
         raise BadInput("model file: no 'config' in the safetensors metadata")
     try:
-        raw_config = json.loads(meta["config"], object_pairs_hook=_no_duplicates)
+        return json.loads(meta["config"], object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError):
         raise BadInput("model file: metadata 'config' is not valid JSON") from None
-    config = parse_config(raw_config)
+
+
+def _read_tensors(data: bytes, header: dict, start: int, expected: dict) -> dict:
+    """name -> read-only array for every header entry: exactly the config's tensors, each of its
+    declared dtype and shape, inside the body, finite, and no two overlapping."""
     if len(header) > MAX_TENSORS:
-        raise BadInput(f"model file: more than {MAX_TENSORS} tensors")
-    expected = expected_shapes(config)
-    missing = sorted(set(expected) - set(header))
-    extra = sorted(set(header) - set(expected))
+        raise BadInput(f"model file: {show(len(header))} tensors, more than {MAX_TENSORS}")
+    missing, extra = sorted(set(expected) - set(header)), sorted(k[:80] for k in set(header) - set(expected))
     if missing:
         raise BadInput(f"model file: missing tensor(s) {missing[:4]} required by the config")
     if extra:
         raise BadInput(f"model file: unexpected tensor(s) {extra[:4]} for the config")
-    body = len(data) - start
-    spans = []
-    tensors = {}
+    body, spans, tensors = len(data) - start, [], {}
     for name, info in header.items():
-        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-            raise BadInput(f"model file: tensor {name}: entry must have dtype, shape, data_offsets")
-        dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
-        if dtype is None:
-            raise BadInput(f"model file: tensor {name}: dtype {info['dtype']!r} not one of {sorted(DTYPES)}")
-        shape = info["shape"]
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape):
-            raise BadInput(f"model file: tensor {name}: bad shape")
-        if tuple(shape) != expected[name]:
-            raise BadInput(f"model file: tensor {name}: shape {tuple(shape)} but the config implies {expected[name]}")
-        offs = info["data_offsets"]
-        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
-            raise BadInput(f"model file: tensor {name}: bad data_offsets")
-        lo, hi = offs
-        size = math.prod(shape) * dtype.itemsize
-        if not 0 <= lo <= hi <= body or hi - lo != size:
-            raise BadInput(f"model file: tensor {name}: data_offsets {offs} do not fit {size} bytes in a {body}-byte body")
+        dtype, shape, (lo, hi) = _tensor_entry(name, info, expected[name], body)
         spans.append((lo, hi, name))
         arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + lo).reshape(shape)
         if not np.isfinite(arr).all():
@@ -286,5 +290,32 @@ def parse_model_bytes(data: bytes) -> Model:
     spans.sort()
     for (a_lo, a_hi, a), (b_lo, b_hi, b) in zip(spans, spans[1:]):
         if b_lo < a_hi:
-            raise BadInput(f"model file: tensors {a} and {b} overlap")
-    return Model(config=config, tensors=tensors, sha256=sha, metadata=meta)
+            raise BadInput(f"model file: tensors {a} and {b} overlap (bytes {show(b_lo)} < {show(a_hi)})")
+    return tensors
+
+
+def _tensor_entry(name: str, info, shape_wanted: tuple, body: int):
+    """(dtype, shape, data_offsets) of one header entry, checked against the config's shape and the body."""
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise BadInput(f"model file: tensor {name}: entry must have dtype, shape, data_offsets")
+    dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+    if dtype is None:
+        raise BadInput(f"model file: tensor {name}: dtype {str(info['dtype'])[:20]!r} not one of {sorted(DTYPES)}")
+    shape = info["shape"]
+    if not isinstance(shape, list) or not all(_is_int(s) and 0 <= s <= MAX_DIM for s in shape):
+        raise BadInput(f"model file: tensor {name}: shape must be a list of integers in [0, {MAX_DIM}]")
+    if tuple(shape) != shape_wanted:
+        raise BadInput(f"model file: tensor {name}: shape {tuple(shape)} but the config implies {shape_wanted}")
+    offs = info["data_offsets"]
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+        raise BadInput(f"model file: tensor {name}: data_offsets must be two integers")
+    size = math.prod(shape) * dtype.itemsize
+    if not 0 <= offs[0] <= offs[1] <= body or offs[1] - offs[0] != size:
+        raise BadInput(f"model file: tensor {name}: data_offsets [{show(offs[0])}, {show(offs[1])}] do not fit "
+                       f"{show(size)} bytes in a {show(body)}-byte body")
+    return dtype, shape, offs
+
+
+def _is_int(x) -> bool:
+    """A JSON integer (not a boolean)."""
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -26,7 +26,7 @@ def parse_number(text, where: str) -> Fraction:
         raise BadInput(f"{where}: expected an exact number, got a boolean")
     if isinstance(text, int):
         if abs(text).bit_length() > MAX_DIGITS * 4:
-            raise BadInput(f"{where}: integer too large")
+            raise BadInput(f"{where}: integer {show(text)} too large (more than {MAX_DIGITS * 4} bits)")
         return Fraction(text)
     if not isinstance(text, str):
         raise BadInput(f"{where}: expected an exact number as a string (hex float or p/q), got {type(text).__name__}")
@@ -38,13 +38,13 @@ def parse_number(text, where: str) -> Fraction:
     if m:
         den = int(m.group(2))
         if den == 0:
-            raise BadInput(f"{where}: zero denominator in {text!r}")
+            raise BadInput(f"{where}: zero denominator in {text[:40]!r}")
         return Fraction(int(m.group(1)), den)
     m = _HEX.match(text)
     if m:
         sign, whole, frac, exp = m.group(1), m.group(2), m.group(3) or "", int(m.group(4))
         if abs(exp) > MAX_BINARY_EXPONENT:
-            raise BadInput(f"{where}: binary exponent {exp} out of range")
+            raise BadInput(f"{where}: binary exponent {show(exp)} outside [-{MAX_BINARY_EXPONENT}, {MAX_BINARY_EXPONENT}]")
         value = Fraction(int(whole + frac, 16), 16 ** len(frac)) * Fraction(2) ** exp
         return -value if sign == "-" else value
     raise BadInput(f"{where}: {text[:40]!r} is not an exact number (want integer, p/q or hex float)")
@@ -55,7 +55,7 @@ def parse_int(value, where: str, lo: int | None = None, hi: int | None = None) -
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(f"{where}: expected an integer")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise BadInput(f"{where}: {value} outside [{lo}, {hi}]")
+        raise BadInput(f"{where}: {show(value)} outside [{show(lo)}, {show(hi)}]")
     return value
 
 
@@ -67,34 +67,19 @@ def parse_vector(value, where: str, length: int, length_name: str) -> list:
     return [parse_number(x, f"{where}[{i}]") for i, x in enumerate(value)]
 
 
-def format_number(value) -> str:
-    """Write a rational (Fraction, int, or an exact Python float) in certificate form."""
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("cannot write a non-finite number into a certificate")
-        return value.hex()
-    value = Fraction(value)
-    text = str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-    den = value.denominator
-    if len(text) > 100 and den & (den - 1) == 0:
-        # A dyadic number such as 2^3000 is far shorter as a hex float, and stays within the parser's
-        # length limit, so everything this function writes parses back to the same value.
-        num, exp = value.numerator, -(den.bit_length() - 1)
-        while num % 2 == 0:
-            num, exp = num // 2, exp + 1
-        text = f"{'-' if num < 0 else ''}0x{abs(num):x}p{exp:+d}"
-    return text
-
-
 def show(q) -> str:
     """A short decimal for a number in a message, never used to decide and never raising: Fractions and
-    ints of any size (beyond float range as an order of magnitude, e.g. "-~1.2e+5000"), floats, or None."""
+    ints of any size (integers below 10^15 exactly, other numbers to 9 significant digits, beyond float
+    range as an order of magnitude, e.g. "-~1.2e+5000"), floats, or None; anything else as <= 40
+    characters of its text."""
     if q is None:
         return "none"
     try:
         q = Fraction(q)
     except (TypeError, ValueError, OverflowError):
         return str(q)[:40]
+    if q.denominator == 1 and abs(q.numerator) < 10 ** 15:
+        return str(q.numerator)     # an integer (a count, an index, a size) exactly
     try:
         if float(q) != 0 or q == 0:
             return f"{float(q):.9g}"

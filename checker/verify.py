@@ -26,12 +26,14 @@ def read_certificate(certificate) -> dict:
     return envelope.load_certificate(str(certificate))
 
 
-def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC) -> Obligations:
+def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC,
+           obligations: Obligations | None = None) -> Obligations:
     """Check `certificate` (a path or dict) against `model` (a path or a loaded Model) with `backend` (a
     name or a Backend; `prec` applies to names only).
 
     Returns the Obligations record (every obligation held; `.summary`, `.kind`, `.certificate`);
-    raises Rejected (an obligation failed, or another model) or BadInput (unusable input)."""
+    raises Rejected (an obligation failed, or another model) or BadInput (unusable input). Pass your own
+    `obligations` to keep the record of the obligations that held before a rejection (benchmarks)."""
     cert = read_certificate(certificate)
     check = checker_for(cert["kind"])
     model = model if isinstance(model, Model) else load_model(str(model))
@@ -39,7 +41,8 @@ def verify(certificate, model, backend="flint", prec: int = DEFAULT_PREC) -> Obl
         raise Rejected("model binding", f"model file SHA-256 {model.sha256[:16]}... is not the certified "
                                         f"{cert['model_sha256'][:16]}...")
     B = backend if isinstance(backend, Backend) else make_backend(backend, prec)
-    ob = Obligations()
+    ob = Obligations() if obligations is None else obligations
     ob.kind, ob.certificate = cert["kind"], cert
-    check(model, cert["claim"], cert["evidence"], B, ob)
+    with B.precision():     # every operation of the check at B's precision (see interval.py)
+        check(model, cert["claim"], cert["evidence"], B, ob)
     return ob

@@ -7,9 +7,9 @@ tables; no d_vocab^3 enumeration. Per case, with everything divided by the max t
     u Tm(q,m) + rho(q,m,j) (P - u) max(Smax(q,m,j), 0) + r(q,m) Tq(q,m) < 0   at both ends of u's range
 
     rho  >= exp(-(lower bound of EQKE[q,m] - EQKE[q,k])) over k <= j       (attention to a non-max key)
-    Smax >= max_{x != m} EU[q,x] - EU[q,m] + max_{k <= j} (max_{x != m} EV[k,x] - EV[k,m]) + max_{x != m} Pn_m[x]
-    Tm   >= max_{x != m} (EU + EV_m + Pn_m centred at m)    via the mean+diff trick on EU
-    Tq   =  max_{x != m} F_q[x] - F_q[m],  F_q = EU[q] + EV[q] + PV[n-1]  (exact, top-2 per row)
+    Smax >= max_{x != m} EU[q,x] - EU[q,m] + max_{k <= j} (max_{x != m} EVOU[k,x] - EVOU[k,m]) + max_{x != m} Pn_m[x]
+    Tm   >= max_{x != m} (EU + EVOU_m + Pn_m centred at m)    via the mean+diff trick on EU
+    Tq   =  max_{x != m} F_q[x] - F_q[m],  F_q = EU[q] + EVOU[q] + PVOU[n-1]  (exact, top-2 per row)
     r    =  e_q / alpha = exp(EQKE[q,q] - EQKE[q,m]) pw[q,n-1]
 
 Variants for EQKE: "svd" (rank-1 factors from the SVD plus a max-row-diff bound on the remainder, no
@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from tcert.generator.accuracy.strategies import SLACK, TINY, excl_max, position_sums
+from tcert.generator import certificate
+from tcert.generator.accuracy.tables import SLACK, TINY, attention_weights, max_excluding, position_sums
 
 VARIANTS = ("svd", "svd2", "svd-rec", "exact-eqke")
 EU_GROUPS = 32        # query groups of the +eu option (the checker accepts at most 32)
@@ -157,29 +158,29 @@ def value_bounds(T, groups=None):
     """Tm[q, m], Tq[q, m], EUp[q, m], Rpre[m, j] (float): Smax[q, m, j] = EUp[q, m] + Rpre[m, j].
     With `groups` (the EU option), Tm is the smaller of the mean+diff bound and the grouped one."""
     n = T["n"]
-    EU, EV, PV = T["EU"], T["EV"], T["PV"]
-    Pn = (PV[: n - 1, None, :] - PV[: n - 1, :, None]).max(axis=0)     # (m, x)
-    G = EV - np.diag(EV)[:, None] + Pn                                  # (m, x)
-    Tm = centred_tm(EU, G, np.arange(EU.shape[0]))
+    EU, EVOU, PVOU = T["EU"], T["EVOU"], T["PVOU"]
+    Pn = (PVOU[: n - 1, None, :] - PVOU[: n - 1, :, None]).max(axis=0)     # (m, x)
+    G = EVOU - np.diag(EVOU)[:, None] + Pn                                 # (m, x)
+    Tm = mean_diff_tm(EU, G, np.arange(EU.shape[0]))
     if groups is not None:
         for g in np.unique(groups):
             rows = np.nonzero(groups == g)[0]
-            Tm[rows] = np.minimum(Tm[rows], centred_tm(EU, G, rows))
-    F = EU + EV + PV[n - 1][None, :]
-    Tq = excl_max(F) - F
-    EUp = excl_max(EU) - EU                                            # (q, m)
-    R = (excl_max(EV) - EV).T + np.diag(excl_max(Pn))[:, None]        # (m, k)
+            Tm[rows] = np.minimum(Tm[rows], mean_diff_tm(EU, G, rows))
+    F = EU + EVOU + PVOU[n - 1][None, :]
+    Tq = max_excluding(F) - F
+    EUp = max_excluding(EU) - EU                                                # (q, m)
+    R = (max_excluding(EVOU) - EVOU).T + np.diag(max_excluding(Pn))[:, None]    # (m, k)
     Rpre = np.maximum.accumulate(R, axis=1)                             # (m, j)
     return Tm, Tq, EUp, Rpre
 
 
-def centred_tm(EU, G, rows):
+def mean_diff_tm(EU, G, rows):
     """Mean+diff bound of Tm for the query rows `rows` with their mean row as the centre:
     max_{x != m} (EU[q,x] + G[m,x]) <= max_{x != m} (mu[x] + G[m,x]) + max_x (EU[q,x] - mu[x])."""
     mu = EU[rows].mean(axis=0)
     d = EU[rows] - mu
-    Amax = np.diag(excl_max(mu[None, :] + G)) - mu                     # (m,)
-    return Amax[None, :] + d.max(axis=1)[:, None] - d                   # (rows, m)
+    centre_max = np.diag(max_excluding(mu[None, :] + G)) - mu             # (m,)
+    return centre_max[None, :] + d.max(axis=1)[:, None] - d              # (rows, m)
 
 
 def eu_groups(EU, k: int, iters: int = 30):
@@ -212,15 +213,32 @@ def parse_name(name):
 
 def subcubic_evidence(model, T, name=None):
     """(evidence, count, info) for subcubic variant `name` (default "svd")."""
-    from tcert.generator.accuracy.strategies import attention_weights
     variant, rank, option = parse_name(name)
-    plus = "+" if option else ""
-    n, v = T["n"], T["v"]
     _, pw, _ = attention_weights(T)
-    lo, hi, P = position_sums(pw, n)
-    (ab, pre, eps), dlo, dhi, hint = score_bounds(model, T, variant, rank)
-    groups = eu_groups(T["EU"], min(EU_GROUPS, v)) if option == "eu" else None
-    Tm, Tq, EUp, Rpre = value_bounds(T, groups)
+    scores, dlo, dhi, hint = score_bounds(model, T, variant, rank)
+    groups = eu_groups(T["EU"], min(EU_GROUPS, T["v"])) if option == "eu" else None
+    cases, count = subcubic_cases(T, pw, scores, dlo, dhi, value_bounds(T, groups))
+    evidence = {"strategy": "subcubic", "variant": variant, "cases": cases}
+    if groups is not None:
+        evidence["eu_groups"] = [int(g) for g in groups]
+    if variant in ("svd", "svd2", "svd-rec"):
+        for key in ("x", "y"):
+            vec = np.asarray(hint[key])
+            evidence[key] = [certificate.num(float(a)) for a in vec] if vec.ndim == 1 else \
+                [[certificate.num(float(a)) for a in row] for row in vec]
+    rec_rank = len(hint["x"]) if variant == "svd-rec" else 0
+    groups_used = len(set(evidence.get("eu_groups", [])))
+    return evidence, count, subcubic_info(model.config, variant + ("+" if option else "") + option, rec_rank,
+                                          groups_used)
+
+
+def subcubic_cases(T, pw, scores, dlo, dhi, values):
+    """The claimed [m, q, c, cutoff] cases (per (m, q, c) the largest prefix of safely correct cutoffs) and
+    the number of inputs they cover."""
+    n, v = T["n"], T["v"]
+    smallest, largest, P = position_sums(pw, n)
+    ab, pre, eps = scores
+    Tm, Tq, EUp, Rpre = values
     r_up = np.where(Tq >= 0, np.exp(dhi), np.exp(dlo)) * pw[:, n - 1][:, None]
     np.fill_diagonal(r_up, pw[:, n - 1])
     cases, count = [], 0
@@ -238,7 +256,7 @@ def subcubic_evidence(model, T, name=None):
                 rho = np.exp(-(ab[q, m] - pre[q, :m] - eps[q]))   # exp(-gap[q, m, j]), j < m
                 S = np.maximum(EUp[q, m] + Rpre[m, :m], 0)         # Smax[q, m, j]
                 ok = np.ones(m, dtype=bool)
-                for u in (lo[q, r], hi[q, r]):
+                for u in (smallest[q, r], largest[q, r]):
                     A = u * Tm[q, m]
                     Bt = rho * (P[q] - u) * S
                     mag = abs(A) + rho * P[q] * S + abs(D)          # P - u cancels: slack on P, not P - u
@@ -247,33 +265,29 @@ def subcubic_evidence(model, T, name=None):
                 if j >= 0:
                     cases.append([m, q, c, j])
                     count += math.comb(n - 1, c) * (j + 1) ** c
-    evidence = {"strategy": "subcubic", "variant": variant, "cases": cases}
-    if groups is not None:
-        evidence["eu_groups"] = [int(g) for g in groups]
-    if variant in ("svd", "svd2", "svd-rec"):
-        from tcert.generator import certificate
-        for key in ("x", "y"):
-            vec = np.asarray(hint[key])
-            evidence[key] = [certificate.num(float(a)) for a in vec] if vec.ndim == 1 else \
-                [[certificate.num(float(a)) for a in row] for row in vec]
-    d, dh = model.config.d_model, model.config.d_head
-    r = len(hint["x"]) if variant == "svd-rec" else 0
+    return cases, count
+
+
+def subcubic_info(cfg, variant_name: str, rec_rank: int, groups_used: int) -> dict:
+    """The certificate's informational generator fields: asymptotic complexity and counted FLOPs (the
+    generator's and the checker's share), for `variant_name` = VARIANT[+eu]."""
+    v, n, d, dh = cfg.d_vocab, cfg.n_ctx, cfg.d_model, cfg.d_head
+    variant = variant_name.partition("+")[0]
     eqke = {"svd": "d_vocab * d_model * d_head", "svd2": "d_vocab * d_model * d_head + d_vocab^2",
-            "svd-rec": f"d_vocab * d_model * d_head + r * d_vocab^2 (r = {r})",
+            "svd-rec": f"d_vocab * d_model * d_head + r * d_vocab^2 (r = {rec_rank})",
             "exact-eqke": "d_vocab^2 * d_head"}[variant]
-    k = len(set(evidence.get("eu_groups", [])))
+    k = groups_used
     eu = f" + groups * d_vocab^2 (groups = {k})" if k else ""
     eu_flops = 4 * (k + 1) * v * v                        # per group: centre, (max,+) row maxima, deviations
-    info = {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke}{eu})", "variant": variant + plus + option,
-            "flops": subcubic_flops(v, n, d, dh, variant, r) + (eu_flops + 30 * 2 * k * v * v if k else 0),
-            "checker_flops": subcubic_flops(v, n, d, dh, variant, r) + (eu_flops if k else 0) - {
+    return {"complexity": f"O(d_vocab^2 * (d_model + n_ctx) + {eqke}{eu})", "variant": variant_name,
+            "flops": subcubic_flops(v, n, d, dh, variant, rec_rank) + (eu_flops + 30 * 2 * k * v * v if k else 0),
+            "checker_flops": subcubic_flops(v, n, d, dh, variant, rec_rank) + (eu_flops if k else 0) - {
                 "svd": 1600 * v * dh, "exact-eqke": 0, "svd2": 8 * v * dh * dh + 22 * dh ** 3,
                 "svd-rec": 8 * v * dh * dh + 22 * dh ** 3}[variant]}
-    return evidence, count, info
 
 
 def subcubic_flops(v, n, d, dh, variant, r=0) -> int:
-    """Counted FLOPs: EU, EV, PV tables (2 v^2 d + ...), EQKE part, O(v^2 n) derived tables, O(v^2 n) cases."""
+    """Counted FLOPs: EU, EVOU, PVOU tables (2 v^2 d + ...), EQKE part, O(v^2 n) derived tables, O(v^2 n) cases."""
     tables = 2 * (v * d * v + v * d * dh + dh * d * v + d * dh * v + v * d * v + n * d * v + v * d * dh)
     if variant == "svd":
         eqke = 2 * (v * d * dh * 2 + 4 * v * dh + 200 * 4 * v * dh)

@@ -8,6 +8,7 @@ import sys
 
 from tcert.checker.errors import BadInput
 from tcert.checker.modelfile import Model, load_model
+from tcert.generator.model.files import config_json
 
 _GROUPS = ("embed", "pos_embed", "attn", "mlp", "layernorm", "unembed")
 
@@ -34,7 +35,7 @@ def describe(model: Model) -> dict:
     return {
         "sha256": model.sha256,
         "path": model.path,
-        "config": model.config.to_json(),
+        "config": config_json(model.config),
         "dtypes": dtypes,
         "params_total": sum(per_tensor.values()),
         "params_by_group": {g: n for g, n in groups.items() if n},

@@ -172,7 +172,7 @@ def test_claim_one_more_is_rejected(tiny, strategy, backend):
     verify(certs[strategy], path, backend)
     bad = mutated(tmp, certs[strategy], lambda c: c["claim"].update(
         correct_at_least=c["claim"]["correct_at_least"] + 1))
-    with pytest.raises(Rejected, match="count"):
+    with pytest.raises(Rejected, match="accuracy: count"):
         verify(bad, path, backend)
 
 
@@ -195,7 +195,7 @@ def test_cubic_case_with_a_wrong_input_is_rejected(tiny):
                 continue           # that input is right: adding k need not fail
             bad = mutated(tmp, certs["cubic"], lambda cc: cc["evidence"]["cases"][j].__setitem__(
                 3, format(int(mask, 16) | 1 << k, "x")))
-            with pytest.raises(Rejected, match="cubic case"):
+            with pytest.raises(Rejected, match="accuracy cubic: claimed cases"):
                 verify(bad, path, "flint")
             tried += 1
             break
@@ -233,7 +233,7 @@ def test_subcubic_case_covering_a_wrong_input_is_rejected(tiny):
                 cases.append([m, q, c, j])
             bad = mutated(tmp, certs[strategy], edit)
             for backend in ("flint", "mpmath"):
-                with pytest.raises(Rejected, match="subcubic case"):
+                with pytest.raises(Rejected, match="accuracy subcubic: claimed cases"):
                     verify(bad, path, backend)
 
 
@@ -339,7 +339,7 @@ def test_rank2_hint_without_projection_is_rejected(tiny, backend):
     def edit(cert):
         for key in ("x", "y"):
             cert["evidence"][key][1] = list(cert["evidence"][key][0])
-    with pytest.raises(Rejected, match="rank-2 hint"):
+    with pytest.raises(Rejected, match="accuracy subcubic: rank-2 hint is a projection"):
         verify(mutated(tmp, certs["subcubic:svd2"], edit), path, backend)
 
 
@@ -368,7 +368,7 @@ def test_deflation_hint_without_projection_is_rejected(tiny, backend, step):
 
     def edit(cert):
         cert["evidence"]["y"][step] = ["0"] * len(cert["evidence"]["y"][step])
-    with pytest.raises(Rejected, match="deflation hint"):
+    with pytest.raises(Rejected, match="accuracy subcubic: deflation hints are projections"):
         verify(mutated(tmp, certs["subcubic:svd-rec"], edit), path, backend)
 
 
@@ -429,7 +429,7 @@ def test_eu_groups_are_used_and_not_trusted(tiny, tmp_path):
 
     def one_group(c):
         c["evidence"]["eu_groups"] = [0] * 64
-    with pytest.raises(Rejected, match="subcubic case"):
+    with pytest.raises(Rejected, match="accuracy subcubic: claimed cases"):
         verify(mutated(tmp_path, cert, one_group), str(SHIPPED_MODEL), "flint")
     tmp, path, certs = tiny
 
@@ -460,3 +460,58 @@ def test_near_cancelling_positional_weights(tmp_path):
     for strategy in STRATEGIES:
         n, _ = certify(path, strategy, tmp_path)
         assert n <= exact
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_figures_record_the_certified_count_and_tallies(tiny, strategy):
+    """The count obligation records the certified count under claim.correct_at_least (the generator claims
+    exactly that count); brute records the inputs decided, cubic / subcubic the cases confirmed and the
+    inputs they cover (the same count)."""
+    tmp, path, certs = tiny
+    ob = verify(certs[strategy], path, "flint")
+    claimed = ob.certificate["claim"]["correct_at_least"]
+    assert ob.figure("claim.correct_at_least") == claimed
+    assert ob.done[-1].name == "accuracy: count"
+    assert all(o.name.startswith(("accuracy brute: ", "accuracy cubic: ", "accuracy subcubic: ", "accuracy: "))
+               for o in ob.done), [o.name for o in ob.done]
+    if strategy == "brute":
+        assert ob.figure("inputs decided") == 8 ** 3 and ob.figure("inputs certainly correct") == claimed
+    else:
+        assert ob.figure("cases confirmed") == len(ob.certificate["evidence"]["cases"])
+        assert ob.figure("inputs covered") == claimed
+
+
+def test_rejections_are_named_by_their_obligation(tiny):
+    """The rejection name is the failing step's name, so it appears among the steps of an accepted check."""
+    tmp, path, certs = tiny
+    names = {o.name for s in STRATEGIES for o in verify(certs[s], path, "flint").done}
+    bad = mutated(tmp, certs["cubic"], lambda c: c["claim"].update(correct_at_least=c["claim"]["correct_at_least"] + 1))
+    with pytest.raises(Rejected) as e:
+        verify(bad, path, "flint")
+    assert e.value.obligation == "accuracy: count" and e.value.obligation in names
+    assert "1 fewer than the claimed" in e.value.detail
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_table_beyond_range_is_rejected_not_bad_input(tmp_path, backend):
+    """An enclosure beyond 2^4032 (float64 weights near 2^1010 in each of E, W_V, W_O, W_U make EVOU ~ 2^4040)
+    is established by arithmetic on the weights, so it is a failed obligation (exit 1) of the tables step,
+    with the failing numbers; not a malformed field."""
+    from tcert.checker.cli import main as check_main
+    from tcert.testing.accuracy import write_certificate
+    tensors, config = constructed(5, 2, 15.0, 3.0, 0.1, 1)
+    big = {k: np.asarray(a, dtype=np.float64) * (2.0 ** 1010 if k in ("embed.W_E", "blocks.0.attn.W_V",
+                                                                      "blocks.0.attn.W_O", "unembed.W_U") else 1.0)
+           for k, a in tensors.items()}
+    model_path = str(tmp_path / "big.safetensors")
+    save_model(model_path, big, config, dtype=np.float64)
+    cert = write_certificate(tmp_path, "c.json", "accuracy", model_path,
+                             {"task": "max-of-k", "d_vocab": 5, "n_ctx": 2, "inputs": 25, "correct_at_least": 0},
+                             {"strategy": "brute"})
+    with pytest.raises(Rejected, match=r"exceeds 2\^4032") as e:
+        verify(cert, model_path, backend)
+    assert e.value.obligation == "accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"
+    assert "in [" in e.value.detail
+    assert check_main([cert, "--model", model_path, "--backend", backend]) == 1

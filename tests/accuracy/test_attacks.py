@@ -8,9 +8,9 @@ from tcert.checker.errors import BadInput
 from tcert.checker.errors import Rejected
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds import accuracy as acc
+from tcert.checker.kinds.accuracy import brute, cubic, subcubic
 from tcert.checker.kinds.accuracy import tables as mt
-from tcert.checker.kinds.accuracy.tables import value_tables
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
+from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
@@ -33,24 +33,24 @@ def test_brute_force_never_counts_a_wrong_input(maxofk):
     """The brute-force strategy's count is at most the number of inputs not certainly wrong."""
     model, inputs, wrong = maxofk
     assert wrong, "the model should answer some inputs wrongly (otherwise the test is vacuous)"
-    assert acc.brute_count(value_tables(make_backend("flint"), model)) <= len(inputs) - len(wrong)
+    assert brute.correct_count(integer_tables(make_backend("flint"), model)) <= len(inputs) - len(wrong)
 
 
 def test_every_accepted_cubic_case_covers_only_correct_inputs(maxofk):
     """Attack: list EVERY (m, q, c) case with the largest token set the checker accepts (masks an honest
     generator might never emit, e.g. mixing several non-max tokens). Each input such a case covers must
-    be correct, and cubic_check's credited count must equal the number of inputs covered."""
+    be correct, and confirmed_count's credited count must equal the number of inputs covered."""
     model, inputs, wrong = maxofk
     n, v = model.config.n_ctx, model.config.d_vocab
-    T = value_tables(make_backend("flint"), model)
+    T = integer_tables(make_backend("flint"), model)
     cases = {}
     for m, q, c in all_cases(n, v):
-        vals, sums = acc.cubic_values(T, m), acc.position_sums(T, q)
+        vals, sums = cubic.value_bounds(T, m), position_sums(T, q)
         ks = list(range(m)) if c else []
         if c and not ks:
             continue   # m = 0 has no non-max token (the checker refuses such a mask)
-        ok = acc.cubic_case_ok(T, vals, sums, m, q, c, ks)
-        good = [k for k, g in zip(ks, np.atleast_1d(ok)) if g] if c else ([] if not ok else None)
+        ok = np.atleast_1d(cubic.numerator_bound(T, vals, sums, m, q, c, ks)) < 0
+        good = [k for k, g in zip(ks, ok) if g] if c else ([] if not ok[0] else None)
         if c == 0 and ok:
             cases[(m, q, 0)] = []
         elif c and good:
@@ -58,26 +58,25 @@ def test_every_accepted_cubic_case_covers_only_correct_inputs(maxofk):
     covered = [tk for tk in inputs if (lambda m, q, c, ks: (m, q, c) in cases and ks <= set(cases[(m, q, c)]))(
         *case_of(tk))]
     assert not set(covered) & wrong, sorted(set(covered) & wrong)[:5]
-    assert acc.cubic_check(T, cases, Obligations()) == len(covered)
+    assert cubic.confirmed_count(T, cases, Obligations()) == len(covered)
     assert len(covered) > 0
 
 
 def test_every_accepted_subcubic_case_covers_only_correct_inputs(maxofk):
     """Attack: for every (m, q, c) try every cutoff j, for both subcubic variants, with the checker's own
-    per-case rule (subcubic_check on a one-case certificate). Whatever it accepts must cover only correct
-    inputs, and the credited count must equal the number of covered inputs."""
+    per-case rule (subcubic.certified_on on a one-case certificate). Whatever it accepts must cover only
+    correct inputs, and the credited count must equal the number of covered inputs."""
     model, inputs, wrong = maxofk
     n, v = model.config.n_ctx, model.config.d_vocab
     B = make_backend("flint")
-    T = value_tables(B, model, True)
+    T = integer_tables(B, model, True)
     EQKE = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["EQKE"].rows()])
     Qm = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["Q"].rows()])
     Km = np.array([[float(B.upper(x)) for x in row] for row in T["intervals"]["K"].rows()])
     u, _, vt = np.linalg.svd(Qm.T @ Qm @ Km.T @ Km)   # some plausible rank-1 hint; any hint must be safe
-    hints = {"svd": ([float(x).hex() for x in vt[0]], [float(x).hex() for x in u[:, 0]]), "exact-eqke": None}
-    if hasattr(acc, "rank2_scores"):   # the rank-2 variant, where this checker build has it
-        hints["svd2"] = ([[float(x).hex() for x in vt[r]] for r in range(2)],
-                         [[float(x).hex() for x in u[:, r]] for r in range(2)])
+    hints = {"svd": ([float(x).hex() for x in vt[0]], [float(x).hex() for x in u[:, 0]]), "exact-eqke": None,
+             "svd2": ([[float(x).hex() for x in vt[r]] for r in range(2)],
+                      [[float(x).hex() for x in u[:, r]] for r in range(2)])}
     credited_any = 0
     for variant, hint in hints.items():
         for m, q, c in all_cases(n, v):
@@ -86,7 +85,7 @@ def test_every_accepted_subcubic_case_covers_only_correct_inputs(maxofk):
                 if hint:
                     ev["x"], ev["y"] = hint
                 try:
-                    count, _ = acc.subcubic_check(B, model, T, ev, Obligations())
+                    count, _ = subcubic.certified_on(B, T, subcubic.parse_evidence(ev, model.config), Obligations())
                 except Rejected:
                     continue
                 covered = [tk for tk in inputs if case_of(tk)[:3] == (m, q, c) and
@@ -110,23 +109,23 @@ def test_exact_logit_ties_are_never_counted_correct(tmp_path):
     save_model(path, t, config)
     model = load_model(path)
     B = make_backend("flint")
-    T = value_tables(B, model, True)
-    assert acc.brute_count(T) <= (v - 2) ** k
+    T = integer_tables(B, model, True)
+    assert brute.correct_count(T) <= (v - 2) ** k
     for m, q, c in all_cases(k, v):
         if m < v - 2:
             continue
         ks = list(range(m)) if c else []
-        ok = acc.cubic_case_ok(T, acc.cubic_values(T, m), acc.position_sums(T, q), m, q, c, ks)
-        assert not np.any(ok), (m, q, c)
+        bound = cubic.numerator_bound(T, cubic.value_bounds(T, m), position_sums(T, q), m, q, c, ks)
+        assert not np.any(np.atleast_1d(bound) < 0), (m, q, c)
         for j in (range(m) if c else [0]):
-            with pytest.raises(Rejected):
-                acc.subcubic_check(B, model, T, {"strategy": "subcubic", "variant": "exact-eqke",
-                                                 "cases": [[m, q, c, j]]}, Obligations())
+            ev = {"strategy": "subcubic", "variant": "exact-eqke", "cases": [[m, q, c, j]]}
+            with pytest.raises(Rejected, match="accuracy subcubic: claimed cases"):
+                subcubic.certified_on(B, T, subcubic.parse_evidence(ev, model.config), Obligations())
 
 
 def test_value_bounds_dominate_their_definitions():
     """Every subcubic value table is an upper bound of the maximum it stands for (docstring of
-    value_bounds), checked by brute force on random integer bound tables (lo <= hi)."""
+    subcubic.value_bounds), checked by brute force on random integer bound tables (lo <= hi)."""
     rng = np.random.default_rng(0)
     for trial in range(20):
         v, n = int(rng.integers(2, 6)), int(rng.integers(2, 5))
@@ -136,22 +135,22 @@ def test_value_bounds_dominate_their_definitions():
             return lo.astype(object), (lo + rng.integers(0, 6, size=shape)).astype(object)
         T = {"n": n, "v": v}
         T["EU_lo"], T["EU_hi"] = pair((v, v))
-        T["EV_lo"], T["EV_hi"] = pair((v, v))
-        T["PV_lo"], T["PV_hi"] = pair((n, v))
-        V = mt.value_bounds(T)
-        EU_lo, EU_hi, EV_lo, EV_hi, PV_lo, PV_hi = (T[k] for k in ("EU_lo", "EU_hi", "EV_lo", "EV_hi",
-                                                                     "PV_lo", "PV_hi"))
+        T["EVOU_lo"], T["EVOU_hi"] = pair((v, v))
+        T["PVOU_lo"], T["PVOU_hi"] = pair((n, v))
+        V = subcubic.value_bounds(T)
+        EU_lo, EU_hi, EVOU_lo, EVOU_hi, PVOU_lo, PVOU_hi = (T[k] for k in ("EU_lo", "EU_hi", "EVOU_lo", "EVOU_hi",
+                                                                             "PVOU_lo", "PVOU_hi"))
         for m in range(v):
             xs = [x for x in range(v) if x != m]
-            Pn = {x: max(PV_hi[i, x] - PV_lo[i, m] for i in range(n - 1)) for x in range(v)}
+            Pn = {x: max(PVOU_hi[i, x] - PVOU_lo[i, m] for i in range(n - 1)) for x in range(v)}
             for q in range(v):
-                assert V["Tm"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] + EV_hi[m, x] - EV_lo[m, m] + Pn[x]
+                assert V["Tm"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] + EVOU_hi[m, x] - EVOU_lo[m, m] + Pn[x]
                                             for x in xs)
-                F_hi, F_lo = EU_hi[q] + EV_hi[q] + PV_hi[n - 1], EU_lo[q] + EV_lo[q] + PV_lo[n - 1]
+                F_hi, F_lo = EU_hi[q] + EVOU_hi[q] + PVOU_hi[n - 1], EU_lo[q] + EVOU_lo[q] + PVOU_lo[n - 1]
                 assert V["Tq"][q, m] >= max(F_hi[x] - F_lo[m] for x in xs)
                 assert V["EUp"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] for x in xs)
             for j in range(v):
-                assert V["Rpre"][m, j] >= max(max(EV_hi[k, x] - EV_lo[k, m] for x in xs)
+                assert V["Rpre"][m, j] >= max(max(EVOU_hi[k, x] - EVOU_lo[k, m] for x in xs)
                                               for k in range(j + 1)) + max(Pn[x] for x in xs)
 
 
@@ -161,18 +160,16 @@ def test_score_split_bounds_exact_eqke_differences(tmp_path, variant):
     (ab_lo[q,k] - ab_hi[q,k'] - eps[q]) 2^-shift <= EQKE[q,k] - EQKE[q,k'] <= (ab_hi[q,k] - ab_lo[q,k']
     + eps[q]) 2^-shift, with EQKE computed in exact rationals (attn_scale 2 makes it rational) and
     arbitrary (even poor) hint vectors."""
-    if variant == "svd2" and not hasattr(mt, "rank2_scores"):
-        pytest.skip("this checker build has no rank-2 variant")
     model, T, EQKE = rational_eqke(tmp_path)
     B, d = make_backend("flint"), model.config.d_head
     rng = random.Random(variant)
     hint = lambda: [Fraction(rng.randint(-9, 9), 4) for _ in range(d)]
     if variant == "svd":
-        S = mt.rank1_scores(B, T, hint(), hint())
+        S = subcubic.low_rank_scores(B, T, *subcubic.rank1_projection(B, hint(), hint(), "y . x"))
     elif variant == "svd2":
-        S = mt.rank2_scores(B, T, [hint(), hint()], [hint(), hint()])
+        S = subcubic.low_rank_scores(B, T, *subcubic.rank2_projection(B, [hint(), hint()], [hint(), hint()]))
     else:
-        S = mt.exact_scores(T)
+        S = subcubic.exact_scores(T)
     assert_split_brackets(S, EQKE)
 
 
@@ -204,15 +201,15 @@ def _hostile_hints(d: int, rng: random.Random, model=None) -> dict:
     return out
 
 
-def test_every_accepted_svd_rec_eu_case_covers_only_correct_inputs(maxofk2, monkeypatch):
+def test_every_accepted_svd_rec_eu_case_covers_only_correct_inputs(maxofk2):
     """Attack: hostile svd-rec hint lists and eu_groupings (random, all in one group, each query alone);
-    for every (m, q, c) and every cutoff j, the checker's per-case rule (subcubic_check on a one-case
-    certificate). Whatever it accepts must cover only correct inputs, and its credited count must equal
-    the number of inputs covered."""
+    for every (m, q, c) and every cutoff j, the checker's per-case rule (subcubic.confirmed_count on one
+    case, with this configuration's value bounds and scores). Whatever it accepts must cover only correct
+    inputs, and its credited count must equal the number of inputs covered."""
     model, inputs, wrong = maxofk2
     n, v, d = model.config.n_ctx, model.config.d_vocab, model.config.d_head
     B = make_backend("flint")
-    T = mt.value_tables(B, model, True)
+    T = integer_tables(B, model, True)
     rng = random.Random(v)
     groupings = [None, [0] * v, list(range(v)), [rng.randrange(32) for _ in range(v)]]
     hints = _hostile_hints(d, rng, model)
@@ -222,21 +219,13 @@ def test_every_accepted_svd_rec_eu_case_covers_only_correct_inputs(maxofk2, monk
     credited = 0
     for variant, hint, groups in configs:
         # the per-case rule, with this configuration's tables computed once (they depend on no case)
-        V = mt.value_bounds(T, groups)
-        S = mt.deflated_scores(B, T, *hint) if hint else mt.exact_scores(T)
-        monkeypatch.setattr(acc, "value_bounds", lambda T_, g_, V=V: V)
-        monkeypatch.setattr(acc, "deflated_scores", lambda *a, S=S: S)
-        monkeypatch.setattr(acc, "exact_scores", lambda *a, S=S: S)
+        V = subcubic.value_bounds(T, groups)
+        S = subcubic.deflated_scores(B, T, subcubic.hint_projections(B, variant, *hint)) if hint else \
+            subcubic.exact_scores(T)
         for m, q, c in all_cases(n, v):
             for j in (range(m) if c else [0]):
-                ev = {"strategy": "subcubic", "variant": variant, "cases": [[m, q, c, j]]}
-                if hint:
-                    ev["x"] = [[x.__str__() for x in vec] for vec in hint[0]]
-                    ev["y"] = [[y.__str__() for y in vec] for vec in hint[1]]
-                if groups is not None:
-                    ev["eu_groups"] = groups
                 try:
-                    count, _ = acc.subcubic_check(B, model, T, ev, Obligations())
+                    count = subcubic.confirmed_count(B, T, V, S, {(m, q, c): j}, Obligations())
                 except Rejected:
                     continue
                 covered = [tk for tk in inputs if case_of(tk)[:3] == (m, q, c) and all(t <= j for t in case_of(tk)[3])]
@@ -247,7 +236,7 @@ def test_every_accepted_svd_rec_eu_case_covers_only_correct_inputs(maxofk2, monk
 
 
 def test_deflated_score_split_bounds_exact_eqke_differences(tmp_path):
-    """What the subcubic rule uses from deflated_scores, for hostile hint lists (random, repeated, nearly
+    """What the subcubic rule uses from subcubic.deflated_scores, for hostile hint lists (random, repeated, nearly
     orthogonal, r = d_head): for all q, k, k',
     (ab_lo[q,k] - ab_hi[q,k'] - eps[q]) 2^-shift <= EQKE[q,k] - EQKE[q,k'] <= (ab_hi[q,k] - ab_lo[q,k'] + eps[q]) 2^-shift,
     EQKE in exact rationals (attn_scale 2)."""
@@ -255,7 +244,7 @@ def test_deflated_score_split_bounds_exact_eqke_differences(tmp_path):
     B, v, d = make_backend("flint"), len(EQKE), model.config.d_head
     widths = {}
     for name, (xs, ys) in _hostile_hints(d, random.Random(7), model).items():
-        S = mt.deflated_scores(B, T, xs, ys)
+        S = subcubic.deflated_scores(B, T, subcubic.hint_projections(B, "svd-rec", xs, ys))
         assert_split_brackets(S, EQKE, name)
         one = Fraction(1, 1 << S["shift"])
         widths[name] = max((S["ab_hi"][q, a] - S["ab_lo"][q, a]) * one + S["eps"][q] * one
@@ -265,7 +254,7 @@ def test_deflated_score_split_bounds_exact_eqke_differences(tmp_path):
 
 def test_grouped_tm_dominates_its_definition_for_any_grouping():
     """The +eu option: Tm with per-group centres (any grouping, including ids that skip values and one
-    group of all queries) is still >= max_{x != m} EU_hi[q,x] - EU_lo[q,m] + EV_hi[m,x] - EV_lo[m,m] + Pn[m,x]
+    group of all queries) is still >= max_{x != m} EU_hi[q,x] - EU_lo[q,m] + EVOU_hi[m,x] - EVOU_lo[m,m] + Pn[m,x]
     (brute force on random integer tables, wide and negative entries)."""
     rng = np.random.default_rng(1)
     for trial in range(30):
@@ -276,15 +265,16 @@ def test_grouped_tm_dominates_its_definition_for_any_grouping():
             return lo.astype(object), (lo + rng.integers(0, 10 ** 5, size=shape)).astype(object)
         T = {"n": n, "v": v}
         T["EU_lo"], T["EU_hi"] = pair((v, v))
-        T["EV_lo"], T["EV_hi"] = pair((v, v))
-        T["PV_lo"], T["PV_hi"] = pair((n, v))
+        T["EVOU_lo"], T["EVOU_hi"] = pair((v, v))
+        T["PVOU_lo"], T["PVOU_hi"] = pair((n, v))
         groups = [int(g) for g in rng.integers(0, 32 if trial % 2 else 2, size=v)]
-        V = mt.value_bounds(T, groups)
-        EU_lo, EU_hi, EV_lo, EV_hi, PV_lo, PV_hi = (T[k] for k in ("EU_lo", "EU_hi", "EV_lo", "EV_hi", "PV_lo", "PV_hi"))
+        V = subcubic.value_bounds(T, groups)
+        EU_lo, EU_hi, EVOU_lo, EVOU_hi, PVOU_lo, PVOU_hi = (T[k] for k in ("EU_lo", "EU_hi", "EVOU_lo", "EVOU_hi",
+                                                                             "PVOU_lo", "PVOU_hi"))
         for m in range(v):
-            Pn = {x: max(PV_hi[i, x] - PV_lo[i, m] for i in range(n - 1)) for x in range(v)}
+            Pn = {x: max(PVOU_hi[i, x] - PVOU_lo[i, m] for i in range(n - 1)) for x in range(v)}
             for q in range(v):
-                assert V["Tm"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] + EV_hi[m, x] - EV_lo[m, m] + Pn[x]
+                assert V["Tm"][q, m] >= max(EU_hi[q, x] - EU_lo[q, m] + EVOU_hi[m, x] - EVOU_lo[m, m] + Pn[x]
                                             for x in range(v) if x != m), (trial, groups, q, m)
 
 
@@ -295,7 +285,7 @@ def test_hostile_svd_rec_and_eu_group_shapes_are_refused(maxofk2):
     model, _, _ = maxofk2
     d, v = model.config.d_head, model.config.d_vocab
     B = make_backend("flint")
-    T = mt.value_tables(B, model, True)
+    T = integer_tables(B, model, True)
     vec = ["1"] * d
     base = {"strategy": "subcubic", "variant": "svd-rec", "cases": [[1, 0, 0, 0]], "x": [vec], "y": [vec]}
     bad = [dict(base, x=[vec] * (d + 1), y=[vec] * (d + 1)), dict(base, x=[], y=[]), dict(base, y=[vec, vec]),
@@ -304,18 +294,16 @@ def test_hostile_svd_rec_and_eu_group_shapes_are_refused(maxofk2):
                                              [-1] + [0] * (v - 1), [True] + [0] * (v - 1), ["0"] + [0] * (v - 1),
                                              [0.0] + [0] * (v - 1), {"0": 0})]
     bad += [{"strategy": "cubic", "cases": [], "eu_groups": [0] * v}]
+    claim = {"task": "max-of-k", "d_vocab": v, "n_ctx": model.config.n_ctx, "inputs": v ** model.config.n_ctx,
+             "correct_at_least": 0}
     for ev in bad:
         with pytest.raises(BadInput):
-            if ev["strategy"] == "cubic":
-                acc.check(model, {"task": "max-of-k", "d_vocab": v, "n_ctx": model.config.n_ctx,
-                                  "inputs": v ** model.config.n_ctx, "correct_at_least": 0}, ev, B, Obligations())
-            else:
-                acc.subcubic_check(B, model, T, ev, Obligations())
+            acc.check(model, claim, ev, B, Obligations())
     e1 = [str(int(i == 0)) for i in range(d)]
     e2 = [str(int(i == 1)) for i in range(d)]
     for xs, ys in (([e1], [e2]), ([vec, e1], [vec, e2])):   # y.x = 0 at the first / the last step
-        with pytest.raises(Rejected, match="deflation hint"):
-            acc.subcubic_check(B, model, T, dict(base, x=xs, y=ys), Obligations())
+        with pytest.raises(Rejected, match="accuracy subcubic: deflation hints are projections"):
+            subcubic.certified_on(B, T, subcubic.parse_evidence(dict(base, x=xs, y=ys), model.config), Obligations())
 
 
 def test_exp_bound_stays_small_and_sound_for_hostile_arguments():
@@ -323,18 +311,18 @@ def test_exp_bound_stays_small_and_sound_for_hostile_arguments():
     built exp(x) as an exact rational: x = 2^30 is a 1.5e9-bit integer (0.2 s with flint, 16 s with
     mpmath), x = 2^34 some 3 GB, larger ones OverflowError (internal error). Beyond |x| >= L = 2^12 it
     now returns 2^-L / 0 / 2^L (valid as e > 2) or refuses an upper bound; inside, Arb's value."""
-    L = acc.EXP_ARG_LIMIT
+    L = subcubic.EXP_ARG_LIMIT
     for backend in ("flint", "mpmath"):
         B = make_backend(backend)
         for x in (Fraction(-(2 ** 3000)), Fraction(-(2 ** 34)), Fraction(-L)):
-            assert acc.exp_bound(B, x, True) == Fraction(1, 2 ** L) and acc.exp_bound(B, x, False) == 0
+            assert subcubic.exp_bound(B, x, True) == Fraction(1, 2 ** L) and subcubic.exp_bound(B, x, False) == 0
         for x in (Fraction(2 ** 3000), Fraction(2 ** 34), Fraction(L)):
-            assert acc.exp_bound(B, x, False) == 2 ** L
+            assert subcubic.exp_bound(B, x, False) == 2 ** L
             with pytest.raises(Rejected, match="exp range"):
-                acc.exp_bound(B, x, True)
+                subcubic.exp_bound(B, x, True)
         ref = make_backend("flint", 200)
         for x in (Fraction(L - 1), Fraction(-(L - 1)), Fraction(1, 3)):
-            lo, hi = acc.exp_bound(B, x, False), acc.exp_bound(B, x, True)
+            lo, hi = subcubic.exp_bound(B, x, False), subcubic.exp_bound(B, x, True)
             assert lo <= ref.lower(ref.exp(ref.num(x))) and ref.upper(ref.exp(ref.num(x))) <= hi
         # the clamped values are the right side of exp at the limit: e^-L < 2^-L and e^L > 2^L
         assert ref.upper(ref.exp(ref.num(-L))) < Fraction(1, 2 ** L) and ref.lower(ref.exp(ref.num(L))) > 2 ** L
@@ -346,14 +334,14 @@ def test_nearly_orthogonal_svd_hint_is_answered_quickly(maxofk2):
     model, _, _ = maxofk2
     d, v = model.config.d_head, model.config.d_vocab
     B = make_backend("flint")
-    T = mt.value_tables(B, model, True)
+    T = integer_tables(B, model, True)
     e1 = [str(int(i == 0)) for i in range(d)]
     y = ["1/" + str(2 ** 200) if i == 0 else str(int(i == 1)) for i in range(d)]
     for variant, xs, ys in (("svd", e1, y), ("svd-rec", [e1], [y])):
         for case in ([v - 1, 0, 1, 0], [v - 1, 1, 0, 0]):
             ev = {"strategy": "subcubic", "variant": variant, "cases": [case], "x": xs, "y": ys}
             try:
-                acc.subcubic_check(B, model, T, ev, Obligations())
+                subcubic.certified_on(B, T, subcubic.parse_evidence(ev, model.config), Obligations())
             except Rejected:
                 pass
 
@@ -366,3 +354,20 @@ def test_accuracy_refuses_a_position_free_model_cleanly(tmp_path):
                   {"task": "max-of-k", "d_vocab": 4, "n_ctx": 3, "inputs": 64, "correct_at_least": 1},
                   {"strategy": "brute"})
     assert check_main([cert, "--model", model_path]) == 2
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_clamped_exp_ends_give_the_integer_bounds_of_exp(backend):
+    """Hostile weights (scores of 2^2000) made exp(d) a rational with a 2^2000-bit denominator (flint:
+    OverflowError, exit 3; mpmath: memory exhausted). tables.exp_ends takes 0 as the lower end where d
+    reaches below -MAX_BITS and 2^-MAX_BITS as the upper end below it entirely; where the plain exp is
+    still computable, both give the same integer bounds at every shift numerator_bounds uses (64 .. 4032)."""
+    B = make_backend(backend)
+    L = mt.MAX_BITS
+    for lo, hi in ((-5000, -1), (-5000, -L), (-L - 1, -L), (-L, -L + 1), (-3, 0), (-(2 ** 14), -(2 ** 13))):
+        d = B.interval(Fraction(lo), Fraction(hi))
+        e = B.exp(d)
+        for shift in (64, 700, L - 64):
+            a, b = mt.exp_ends(B, d)
+            assert max(mt.fixed_point(a, False, shift), 0) == max(mt.fixed_point(B.lower(e), False, shift), 0)
+            assert mt.fixed_point(b, True, shift) == mt.fixed_point(B.upper(e), True, shift), (lo, hi, shift)

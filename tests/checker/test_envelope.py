@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from tcert.checker import envelope, numbers as exact
 from tcert.checker.envelope import parse_certificate_bytes
 from tcert.checker.errors import BadInput
-from tcert.checker.numbers import format_number, parse_int, parse_number
+from tcert.checker.numbers import parse_int, parse_number
+from tcert.generator.certificate import format_number
 from tcert.testing import ROOT, example_scale
 from tcert.testing.envelope import ENVELOPE_ERRORS, cert, raw
 

@@ -105,6 +105,12 @@ def test_interval_holds_its_endpoints(name, a, b):
 def test_arithmetic_encloses_exact_result(name, prec, a, b, k):
     """+ - * / between intervals and with ints contain the exact rational result."""
     B = make_backend(name, prec)
+    with B.precision():     # the operators below work at B's precision only inside its block
+        arithmetic_encloses(B, a, b, k)
+
+
+def arithmetic_encloses(B, a, b, k):
+    """The + - * / enclosures of test_arithmetic_encloses_exact_result."""
     x, y, qa, qb = B.num(a), B.num(b), F(a), F(b)
     encloses(B, x + y, qa + qb)
     encloses(B, x - y, qa - qb)
@@ -227,35 +233,40 @@ def test_non_finite_enclosures_raise_rejected(name, case):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_non_finite_inside_hull_and_matrix_is_rejected(name):
-    """A NaN/inf entry poisons hull_max/min and a matrix product: Rejected, never a finite answer."""
+def test_non_finite_inside_col_bounds_and_matrix_is_rejected(name):
+    """A NaN/inf entry poisons col_bounds and a matrix product: Rejected, never a finite answer."""
     B = make_backend(name)
     bad = B.num(1) / B.interval(Fraction(-1), Fraction(1))
-    with pytest.raises(Rejected):
-        B.hull_max([B.num(1), bad])
-    with pytest.raises(Rejected):
-        B.hull_min([bad, B.num(1)])
+    for groups in (None, 2):
+        with pytest.raises(Rejected):
+            B.matrix([[B.num(1)], [bad]]).col_bounds(groups)
     m = B.matrix([[B.num(1), bad]]) @ B.array(np.array([[1.0], [0.0]]))
     with pytest.raises(Rejected):
         B.upper(m.rows()[0][0])
 
 
-# --- hulls ---------------------------------------------------------------------------------------
+# --- column bounds ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=example_scale(50))
-@given(ends=st.lists(st.tuples(small(1e6), small(1e6)), min_size=1, max_size=5),
-       picks=st.lists(st.fractions(0, 1, max_denominator=100), min_size=5, max_size=5))
-def test_hull_max_min(name, ends, picks):
-    """hull_max/hull_min contain max/min of every choice of points from the intervals."""
+@given(ends=st.lists(st.tuples(small(1e6), small(1e6)), min_size=4, max_size=4),
+       picks=st.lists(st.fractions(0, 1, max_denominator=100), min_size=4, max_size=4))
+def test_col_bounds_hold_every_entry(name, ends, picks):
+    """col_bounds gives, per column (and per row block), exact bounds on every point of every entry."""
     B = make_backend(name)
     boxes = [tuple(sorted((F(a), F(b)))) for a, b in ends]
-    xs = [B.interval(lo, hi) for lo, hi in boxes]
-    hmax, hmin = B.hull_max(xs), B.hull_min(xs)
-    for choice in ([lo for lo, _ in boxes], [hi for _, hi in boxes],
-                   [lo + t * (hi - lo) for (lo, hi), t in zip(boxes, picks)]):
-        encloses(B, hmax, max(choice))
-        encloses(B, hmin, min(choice))
+    m = B.matrix([[B.interval(lo, hi), B.num(-lo)] for lo, hi in boxes])     # 4 x 2
+    (lo0, lo1), (hi0, hi1) = m.col_bounds()
+    halves = m.col_bounds(2)
+    assert len(halves) == 2
+    for i, ((lo, hi), t) in enumerate(zip(boxes, picks)):
+        for p in (lo, hi, lo + t * (hi - lo)):
+            assert lo0 <= p <= hi0
+            g_lo, g_hi = halves[i // 2]
+            assert g_lo[0] <= p <= g_hi[0]
+        assert lo1 <= -lo <= hi1 and halves[i // 2][0][1] <= -lo <= halves[i // 2][1][1]
+    with pytest.raises(ValueError):
+        m.col_bounds(3)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -400,3 +411,26 @@ def test_backends_agree_on_a_formula():
         y = B.exp(x) * B.sqrt(B.num(2)) - B.log(B.num(5)) / (1 + B.tanh(x))
         boxes.append((B.lower(y), B.upper(y)))
     assert max(lo for lo, _ in boxes) <= min(hi for _, hi in boxes)
+
+
+# --- the declared interface ------------------------------------------------------------------------
+
+def test_backend_declares_every_primitive_with_its_contract():
+    """Backend declares each primitive the rules use, with a docstring stating its contract; both backends
+    implement every one (no abstract method left) and neither adds a public method of its own."""
+    import inspect
+    from tcert.checker.flint_backend import FlintBackend
+    from tcert.checker.interval import MATRIX_HOOKS, PRIMITIVES, Backend, IMat
+    from tcert.checker.mpmath_backend import MpmathBackend
+    for name in PRIMITIVES + ("precision",):
+        assert (inspect.getdoc(getattr(Backend, name)) or "").strip(), name
+    for name in ("__matmul__", "__add__", "__sub__", "scale", "T", "rows", "map", "col_bounds"):
+        assert hasattr(IMat, name), name
+    for hook in MATRIX_HOOKS:
+        assert hasattr(Backend, hook), hook
+    declared = {n for n in dir(Backend) if not n.startswith("_")}
+    for cls in (FlintBackend, MpmathBackend):
+        assert not cls.__abstractmethods__, (cls.__name__, cls.__abstractmethods__)
+        assert {n for n in dir(cls) if not n.startswith("_")} - {"iv"} == declared, cls.__name__
+    with pytest.raises(TypeError):
+        Backend()       # the interface itself computes nothing

@@ -1,16 +1,16 @@
 """The checker is the trusted base: it must not import the generator, and it depends only on the
-standard library, numpy, mpmath and python-flint. Also reports its size (code lines) and import graph.
+standard library, numpy, mpmath and python-flint. Its size is a contract: code lines per part (kernel,
+each family) within a budget, quoted by the docs from one generated page (docs/checker-size.md).
 """
 
 import ast
 import importlib
 import io
 import sys
-import tokenize
 
 import pytest
 
-from tcert.testing import ROOT
+from tcert.testing import ROOT, size
 
 CHECKER = ROOT / "checker"
 ALLOWED_THIRD_PARTY = {"numpy", "mpmath", "flint"}
@@ -114,31 +114,65 @@ def test_detector_catches_generator_imports(tmp_path, monkeypatch):
             (src, names)
 
 
-def code_lines(path) -> int:
-    """Lines holding code: not blank, not only a comment (docstrings count as code)."""
-    lines = set()
-    with open(path, "rb") as f:
-        for tok in tokenize.tokenize(f.readline):
-            if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                            tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER):
-                continue
-            lines.update(range(tok.start[0], tok.end[0] + 1))
-    return len(lines)
-
-
 def test_report_size_and_import_graph(capsys):
-    """Print the checker's code-line count per module and its internal import graph."""
-    total = 0
-    out = io.StringIO()
-    for path in FILES:
-        n = code_lines(path)
-        total += n
-        internal = sorted({name for name, _ in imports_of(path) if name.startswith("tcert.checker")}
-                          - {module_name(path)})
-        external = sorted({name.split(".")[0] for name, _ in imports_of(path)
-                           if name.split(".")[0] in ALLOWED_THIRD_PARTY})
-        print(f"  {module_name(path):32s} {n:5d} lines  -> {', '.join(internal + external) or '-'}", file=out)
+    """Print the checker's code lines (docstrings excluded) per part and per module, with each module's
+    internal import graph."""
+    out, modules = io.StringIO(), {module_name(f) for f in FILES}
+    for part, (n, per_file) in size.counts().items():
+        print(f"{part}: {n} code lines (budget {size.BUDGETS[part]})", file=out)
+        for rel, lines in per_file.items():
+            path = ROOT / rel
+            internal = sorted({name for name, _ in imports_of(path) if name in modules} - {module_name(path)})
+            print(f"  {module_name(path):40s} {lines:5d}  -> {', '.join(internal) or '-'}", file=out)
     with capsys.disabled():
-        print(f"\nchecker/: {len(FILES)} files, {total} code lines (blank and comment lines excluded)")
+        print(f"\nchecker/: {len(FILES)} files, {sum(n for n, _ in size.counts().values())} code lines "
+              "(blank, comment and docstring lines excluded)")
         print(out.getvalue(), end="")
-    assert total > 0
+
+
+def test_every_checker_file_is_in_one_part():
+    """The parts (kernel, one per family) cover checker/ exactly: a new module always counts somewhere."""
+    listed = [f for files in size.parts().values() for f in files]
+    assert sorted(listed) == FILES and len(set(listed)) == len(listed)
+
+
+@pytest.mark.parametrize("part", sorted(size.BUDGETS))
+def test_part_within_its_budget(part):
+    """Each part of the trusted base stays within its code-line budget (tcert.testing.size.BUDGETS)."""
+    n, per_file = size.counts()[part]
+    assert n <= size.BUDGETS[part], f"{part}: {n} code lines, budget {size.BUDGETS[part]}: {per_file}"
+
+
+def test_size_page_is_generated_from_the_code():
+    """docs/checker-size.md is exactly what `python -m tcert.testing.size --write docs/checker-size.md` writes."""
+    page = ROOT / "docs" / "checker-size.md"
+    assert page.read_text(encoding="utf-8") == size.table(), \
+        "docs/checker-size.md is stale: run python -m tcert.testing.size --write docs/checker-size.md"
+
+
+def test_code_line_counter():
+    """The counter skips blank lines, comments and every docstring, and counts the rest (also multi-line
+    statements and strings that are not docstrings)."""
+    import pathlib
+    import tempfile
+    src = '''"""Module
+docstring."""
+# a comment
+
+X = """not a
+docstring"""
+
+
+class A:
+    """Class docstring."""
+
+    def f(self):
+        """Function
+        docstring."""
+        return (1 +
+                2)   # trailing comment
+'''
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "m.py"
+        path.write_text(src)
+        assert size.code_lines(path) == 6     # X = """...""" (2), class A:, def f, return (2)

@@ -15,7 +15,7 @@ from tcert.checker.kinds.influence import certified_needs
 from tcert.checker.kinds.influence.blocks import act_lipschitz
 from tcert.checker.kinds.influence.ledger import Ledger
 from tcert.checker.modelfile import load_model
-from tcert.checker.numbers import format_number
+from tcert.generator.certificate import format_number
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
 from tcert.testing.accuracy import write_certificate

@@ -10,7 +10,7 @@ from tcert.checker.kinds import overwhelm as ow_kind
 from tcert.checker.kinds.overwhelm import bounds as owb
 from tcert.checker.kinds.overwhelm import final_ln as final_ln
 from tcert.checker.modelfile import load_model
-from tcert.checker.numbers import format_number
+from tcert.generator.certificate import format_number
 from tcert.checker.obligations import Obligations
 from tcert.generator.model.files import save_model
 from tcert.generator.model.forward import logits as float_logits

@@ -13,9 +13,11 @@ from tcert.checker.kinds.overwhelm import bounds as rb
 from tcert.checker.verify import verify
 from tcert.checker.envelope import parse_certificate_bytes
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.numbers import format_number, parse_number
+from tcert.checker.numbers import parse_number
+from tcert.generator.certificate import format_number
 from tcert.checker.forward import last_logits
-from tcert.checker.interval import MpmathBackend, make_backend
+from tcert.checker.interval import make_backend
+from tcert.checker.mpmath_backend import MpmathBackend
 from tcert.checker.kinds.overwhelm import check
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from tcert.checker.cli import main as check_main
 from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput
-from tcert.checker.numbers import format_number, parse_number
+from tcert.checker.numbers import parse_number
+from tcert.generator.certificate import format_number
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import make_backend
 from tcert.checker.modelfile import load_model

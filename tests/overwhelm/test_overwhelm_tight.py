@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 
 from tcert.checker.errors import BadInput
-from tcert.checker.numbers import format_number, parse_number
+from tcert.checker.numbers import parse_number
+from tcert.generator.certificate import format_number
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.overwhelm import check
 from tcert.checker.obligations import Obligations

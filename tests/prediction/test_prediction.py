@@ -15,14 +15,14 @@ import pytest
 from tcert.checker import cli
 from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.numbers import format_number
+from tcert.generator.certificate import format_number
 from tcert.checker.forward import Weights, last_logits
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.prediction import check_claim
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
 from tcert.generator import certificate
-from tcert.generator.model.files import save_model
+from tcert.generator.model.files import config_json, save_model
 from tcert.generator.model.forward import logits as float_logits
 from tcert.generator.prediction import prediction_certificate
 from tcert.testing.prediction import ARCHS, build
@@ -101,7 +101,7 @@ def test_enclosure_detects_a_wrong_semantics(models):
     enc = last_logits(B, model, tokens)
     # Same weights, other pairing: the generator's view of `other` config applied to model's tensors.
     from tcert.generator.model.forward import as_model
-    wrong = as_model(model.tensors, other.config.to_json())
+    wrong = as_model(model.tensors, config_json(other.config))
     f = float_logits(wrong, np.asarray([tokens]))[0]
     outside = [j for j, x in enumerate(enc) if not B.lower(x) - Fraction(1, 10 ** 6) <= Fraction(float(f[j]))
                <= B.upper(x) + Fraction(1, 10 ** 6)]

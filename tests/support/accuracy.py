@@ -4,8 +4,7 @@ cases and the exact-rational EQKE."""
 from fractions import Fraction
 from tcert.checker.forward import last_logits
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.accuracy.tables import value_tables
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
+from tcert.checker.kinds.accuracy.tables import integer_tables
 from tcert.checker.modelfile import load_model
 from tcert.generator.model.files import save_model
 import hashlib
@@ -130,7 +129,7 @@ def rational_eqke(tmp_path):
     path = str(tmp_path / "m.safetensors")
     save_model(path, t, config)
     model = load_model(path)
-    T = value_tables(make_backend("flint"), model, True)
+    T = integer_tables(make_backend("flint"), model, True)
     fr = {name: [[Fraction(float(x)) for x in np.atleast_1d(row)] for row in np.atleast_2d(a)]
           for name, a in model.tensors.items() if a.ndim <= 2}
     Wq = [[Fraction(float(x)) for x in row] for row in model.tensors["blocks.0.attn.W_Q"][0]]

@@ -1,6 +1,5 @@
 """Well-formed and malformed certificate envelopes shared by the envelope and hostile-input tests."""
 
-from tcert.checker.kinds.overwhelm import final_ln as final_ln
 import json
 
 

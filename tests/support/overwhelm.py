@@ -193,13 +193,21 @@ def exhaustive_confirms(model, prefix, query, kind, n_free, multiset, k):
 
 
 def verdict(model, cert, backend):
-    """'VERIFIED' or 'REJECTED: ...' from the overwhelm kind's check on an in-memory model."""
+    """'VERIFIED' or 'REJECTED: ...' from verify() of an in-memory certificate on an in-memory model. A model
+    built without a file (sha256 "") and its certificate are bound to a digest of its tensors first."""
+    import dataclasses
+    import hashlib
     from tcert.checker.errors import BadInput, Rejected
-    from tcert.checker.interval import make_backend
-    from tcert.checker.kinds.overwhelm import check
-    from tcert.checker.obligations import Obligations
+    from tcert.checker.verify import verify
+    if not model.sha256:
+        digest = hashlib.sha256()
+        for name in sorted(model.tensors):
+            digest.update(name.encode() + b"\0" + model.tensors[name].dtype.str.encode()
+                          + repr(model.tensors[name].shape).encode() + model.tensors[name].tobytes())
+        model = dataclasses.replace(model, sha256=digest.hexdigest())
+        cert = dict(cert, model_sha256=model.sha256)
     try:
-        check(model, cert["claim"], cert["evidence"], make_backend(backend), Obligations())
+        verify(cert, model, backend)
         return "VERIFIED"
     except (Rejected, BadInput) as e:
         return f"REJECTED: {e}"

@@ -1,0 +1,123 @@
+"""The fast backend: python-flint's Arb midpoint-radius balls.
+
+python-flint keeps one process-global working precision (`flint.ctx.prec`). A `FlintBackend` installs
+its own precision for the duration of each of its primitives (every method `Backend` declares and every
+`IMat` operation) and of a `with backend.precision():` block, and restores the previous value after;
+what that guarantees, and what not, is stated in `tcert.checker.interval`. The contracts are those of
+`tcert.checker.interval.Backend`.
+"""
+
+import functools
+from contextlib import contextmanager
+from fractions import Fraction
+
+import flint
+
+from tcert.checker.errors import Rejected
+from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat
+
+# python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
+# so it starts at the checker's default (as if a default backend were in force).
+flint.ctx.prec = DEFAULT_PREC
+
+
+class FlintBackend(Backend):
+    """Fast backend: Arb balls at `prec` bits."""
+
+    name = "flint"
+
+    @contextmanager
+    def precision(self):
+        """Install this backend's precision as python-flint's global one for the block, then restore."""
+        old = flint.ctx.prec
+        flint.ctx.prec = self.prec
+        try:
+            yield self
+        finally:
+            flint.ctx.prec = old
+
+    # --- scalars ---------------------------------------------------------------------------------
+    def _exact(self, x):
+        if isinstance(x, int):
+            return flint.arb(flint.fmpz(x))
+        return flint.arb(x)
+
+    def interval(self, lo: Fraction, hi: Fraction):
+        return self.num(lo).union(self.num(hi))
+
+    def _endpoint(self, x, which):
+        if not x.is_finite():
+            raise Rejected("finite enclosure", f"a ball is not finite: {x}")
+        end = x.lower() if which == 0 else x.upper()
+        man, exp = end.man_exp()
+        man, exp = int(man), int(exp)
+        return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
+
+    def exp(self, x):
+        return x.exp()
+
+    def log(self, x):
+        return x.log()
+
+    def sqrt(self, x):
+        return x.sqrt()
+
+    def cos(self, x):
+        return x.cos()
+
+    def sin(self, x):
+        return x.sin()
+
+    def _monotone(self, x, fn):
+        """fn(x) for an increasing fn, from the ball's endpoints: Arb's own erf/tanh of a wide ball is
+        very loose (tanh of [-1, 1] gives +-5.6) or NaN (tanh of [-11, 11]) where mpmath is tight."""
+        if x.rad() == 0 or not x.is_finite():
+            return fn(x)
+        return fn(x.lower()).union(fn(x.upper()))
+
+    def erf(self, x):
+        return self._monotone(x, lambda v: v.erf())
+
+    def tanh(self, x):
+        return self._monotone(x, lambda v: v.tanh())
+
+    def pi(self):
+        return flint.arb.pi()
+
+    # --- matrices ----------------------------------------------------------------------------------
+    def _from_rows(self, rows, shape):
+        return IMat(self, flint.arb_mat(shape[0], shape[1], [v for row in rows for v in row])
+                    if shape[0] and shape[1] else flint.arb_mat(shape[0], shape[1]), shape)
+
+    def _col_bounds(self, m, groups):
+        """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points."""
+        size = m.shape[0] // groups
+        out = [([], []) for _ in range(groups)]
+        for col in m.data.transpose().tolist():
+            if not all(x.is_finite() for x in col):
+                raise Rejected("finite enclosure", "a matrix entry is not finite")
+            for g, (lo, hi) in enumerate(out):
+                block = col[g * size:(g + 1) * size]
+                lo.append(self._endpoint(min(x.lower() for x in block), 0))
+                hi.append(self._endpoint(max(x.upper() for x in block), 1))
+        return out
+
+
+def at_own_precision(method):
+    """`method` run with python-flint's global precision set to the backend's, then restored (no change
+    when it is already in force, e.g. inside `precision()` or a nested primitive)."""
+    @functools.wraps(method)
+    def run(self, *args):
+        old = flint.ctx.prec
+        if old == self.prec:
+            return method(self, *args)
+        flint.ctx.prec = self.prec
+        try:
+            return method(self, *args)
+        finally:
+            flint.ctx.prec = old
+    return run
+
+
+for _name in PRIMITIVES + MATRIX_HOOKS:
+    setattr(FlintBackend, _name, at_own_precision(getattr(FlintBackend, _name)))
