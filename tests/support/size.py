@@ -26,7 +26,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # linear-algebra layer (checker/exact_*.py: products on float64 BLAS without rounding, and their outward
 # rounding) is its own part, at its count when it was added. A budget may only go down; the checker
 # total's budget is their sum.
-BUDGETS = {"kernel": 1070, "exact": 529, "prediction": 37, "overwhelm": 653, "accuracy": 543, "influence": 331}
+BUDGETS = {"kernel": 1070, "exact": 529, "prediction": 37, "overwhelm": 650, "accuracy": 543, "influence": 331}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
