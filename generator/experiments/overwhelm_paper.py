@@ -306,7 +306,7 @@ def cmd_overwhelm_paper(args):
     """Run the sweep (resuming), the generation experiment, and write CSV and plots."""
     from tcert.generator.train import text_data
     model = _model(args.model)
-    tok = text_data.model_tokenizer(args.model, model.config.tokenizer)
+    tok = text_data.model_tokenizer(args.model, model.config.tokenizer_name)
     os.makedirs(args.out_dir, exist_ok=True)
     cert_dir = args.cert_dir or os.path.join(args.out_dir, "certs")
     os.makedirs(cert_dir, exist_ok=True)

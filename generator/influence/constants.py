@@ -22,7 +22,7 @@ DEFAULT_POWER = 6
 
 def default_rate(cfg) -> str:
     """The rate this family certifies for the model's mask."""
-    return "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
+    return "harmonic" if cfg.attention_dir == "causal" and cfg.n_layers > 1 else "inverse"
 
 
 def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int = DEFAULT_POWER,

@@ -48,7 +48,7 @@ def cmd_random(args):
     from tcert.generator.model.random_models import random_model
     overrides = {}
     if args.attention:
-        overrides["attention"] = args.attention
+        overrides["attention_dir"] = args.attention
     if args.act_fn:
         overrides["act_fn"] = args.act_fn
     tensors, cfg = random_model(args.arch, d_vocab=args.d_vocab, d_model=args.d_model, n_heads=args.n_heads,

@@ -62,7 +62,7 @@ def _arch_summary(c: dict) -> str:
         parts.append("no positions")
     else:
         parts.append("learned positions")
-    parts.append(c["attention"])
+    parts.append(c["attention_dir"])
     parts.append("scale " + (c["attn_scale"] if c["attn_scale"] is not None else "sqrt(d_head)"))
     return ", ".join(parts)
 

@@ -37,7 +37,7 @@ def test_anchor_npz_config_is_inferred():
     with np.load(ANCHORS / "maxof4_seed123.npz") as raw:
         assert np.array_equal(tensors["blocks.0.attn.W_Q"], raw["blocks__0__attn__W_Q"])
     model = F.as_model(tensors, cfg)
-    assert model.config.attn_scale is None and model.config.attention == "causal"
+    assert model.config.attn_scale is None and model.config.attention_dir == "causal"
 
 
 @pytest.mark.parametrize("arch, over", [
