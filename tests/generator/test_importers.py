@@ -1,4 +1,7 @@
-"""Tests of the importers (TransformerLens npz / safetensors, Hugging Face GPT-NeoX) and inspect_model."""
+"""Tests of the importers (TransformerLens npz / safetensors, Hugging Face GPT-NeoX) and inspect_model.
+
+GPT-2, the Llama family and every dtype: tests/generator/test_hf_importers.py; TransformerLens objects in
+memory: tests/generator/test_transformer_lens.py."""
 
 import json
 
@@ -150,7 +153,7 @@ def test_gpt_neox_matches_transformers(tmp_path, case):
     tensors, cfg = import_gpt_neox(str(folder))
     assert cfg["parallel_attn_mlp"] == case["use_parallel_residual"]
     assert cfg["rotary_dim"] == int(8 * case.get("rotary_pct", 0.5))
-    assert not cfg["rotary_adjacent_pairs"] and cfg["attention"] == "causal" and cfg["final_ln"]
+    assert not cfg.get("rotary_adjacent_pairs", False) and cfg["attention_dir"] == "causal" and cfg["final_ln"]
     path = tmp_path / "m.safetensors"
     save_model(str(path), tensors, cfg)
     model = load_model(str(path))
@@ -198,9 +201,9 @@ def test_gpt_neox_refusals(tmp_path):
     (pick / "pytorch_model.bin").write_bytes(b"not opened")
     with pytest.raises(ValueError, match="never unpickles"):
         import_gpt_neox(str(pick))
-    for change, msg in ((dict(hidden_act="silu"), "hidden_act"),
-                        (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4,
-                                               "partial_rotary_factor": 0.5}), "rope_type"),
+    for change, msg in ((dict(hidden_act="quick_gelu"), "hidden_act"),
+                        (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4,
+                                               "partial_rotary_factor": 0.5}), "rope_scaling 'yarn'"),
                         (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
                                                "partial_rotary_factor": 0.4}), "even"),
                         (dict(model_type="llama"), "gpt_neox")):
