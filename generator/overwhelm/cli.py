@@ -25,7 +25,8 @@ def _tokenizer_ids(model, text, what):
 
 def cmd_overwhelm(args) -> int:
     """Run Algorithm 1/2 in floats; write a certificate only when Overwhelmed (else exit 3)."""
-    from tcert.generator.overwhelm.naive_lp import format_report, generate, parse_free
+    from tcert.generator.overwhelm.claim import parse_free
+    from tcert.generator.overwhelm.naive_lp import format_report, generate
     model = load_model(args.model)
     if args.prefix_text is not None:
         prefix = _tokenizer_ids(model, args.prefix_text, "--prefix-text")
