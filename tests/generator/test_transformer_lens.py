@@ -17,7 +17,7 @@ from tcert.generator.prediction import prediction_certificate
 
 torch = pytest.importorskip("torch")
 tl = pytest.importorskip("transformer_lens")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated")]
 
 SIZE = dict(n_layers=2, d_model=16, n_ctx=10, d_head=4, n_heads=4, d_mlp=24, d_vocab=13)
 
