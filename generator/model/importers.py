@@ -74,6 +74,23 @@ def infer_tl_config(tensors: dict, config=None) -> dict:
     return out
 
 
+def unfold_norms(tensors: dict, config: dict) -> tuple:
+    """A folded TransformerLens state dict (normalization_type "LNPre" / "RMSPre", what from_pretrained with
+    fold_ln=True gives: the norm's gain and bias are folded into the next weights, the state dict has none) as
+    LN / RMS with gain 1 and bias 0, which computes the same function. Other configs pass unchanged."""
+    kind = config.get("normalization_type")
+    if kind not in ("LNPre", "RMSPre"):
+        return tensors, config
+    d, out = tensors["embed.W_E"].shape[1], dict(tensors)
+    names = ["ln_final"] + [f"blocks.{i}.ln{j}" for i in range(config["n_layers"])
+                            for j in ((1,) if config.get("attn_only") else (1, 2))]
+    for name in names:
+        out[name + ".w"] = np.ones(d, np.float32)
+        if kind == "LNPre":
+            out[name + ".b"] = np.zeros(d, np.float32)
+    return out, {**config, "normalization_type": kind[:-3], "final_ln": True, "shared_ln": False}
+
+
 def _finish_tl(tensors: dict, config: dict):
     """Check names and shapes against the config, fill absent biases with zeros, cast to float32."""
     parsed = parse_config(dict(config))
@@ -113,7 +130,7 @@ def import_npz(path: str, config=None):
     with np.load(path, allow_pickle=False) as data:
         tensors = {k.replace("__", "."): data[k] for k in data.files}
     tensors = _drop_buffers(tensors)
-    return _finish_tl(tensors, infer_tl_config(tensors, config))
+    return _finish_tl(*unfold_norms(tensors, infer_tl_config(tensors, config)))
 
 
 def import_safetensors(path: str, config_json_path=None):
@@ -131,4 +148,4 @@ def import_safetensors(path: str, config_json_path=None):
     if config is not None and not isinstance(config, dict):
         raise ValueError("config JSON must be an object")
     tensors = _drop_buffers(tensors)
-    return _finish_tl(tensors, infer_tl_config(tensors, config))
+    return _finish_tl(*unfold_norms(tensors, infer_tl_config(tensors, config)))

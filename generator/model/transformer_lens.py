@@ -23,6 +23,7 @@ from tcert.checker.errors import BadInput
 from tcert.checker.modelfile import Model
 from tcert.generator.model.files import in_memory_model, write_model
 from tcert.generator.model.hf import number
+from tcert.generator.model.importers import unfold_norms
 
 _BUFFERS = ("mask", "IGNORE", "rotary_sin", "rotary_cos", "inv_freq")
 _ACTS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "silu": "silu"}
@@ -77,15 +78,8 @@ def _numpy(t) -> np.ndarray:
 
 
 def tl_tensors(state_dict: dict, cfg) -> dict:
-    """The model-file tensors of a HookedTransformer state_dict: buffers dropped, folded norms unfolded."""
-    out = {k: _numpy(v) for k, v in state_dict.items() if k.rsplit(".", 1)[-1] not in _BUFFERS}
-    if cfg.normalization_type in ("LNPre", "RMSPre"):   # folded: gain 1, bias 0 (what LNPre computes)
-        d, names = cfg.d_model, ["ln_final"] + [f"blocks.{i}.ln{j}" for i in range(cfg.n_layers) for j in (1, 2)]
-        for name in names[:1] + [n for n in names[1:] if n.endswith("ln1") or not cfg.attn_only]:
-            out[name + ".w"] = np.ones(d, np.float32)
-            if cfg.normalization_type == "LNPre":
-                out[name + ".b"] = np.zeros(d, np.float32)
-    return out
+    """The model-file tensors of a HookedTransformer state_dict: buffers dropped (folded norms: `unfold_norms`)."""
+    return {k: _numpy(v) for k, v in state_dict.items() if k.rsplit(".", 1)[-1] not in _BUFFERS}
 
 
 def from_hooked_transformer(model, dtype=None) -> Model:
@@ -93,8 +87,9 @@ def from_hooked_transformer(model, dtype=None) -> Model:
     `to_file` writes (float32, or float64 when the weights are), so certificates made from it bind to that
     file. Raises ValueError (one line) on a feature the model format cannot express."""
     cfg = model.cfg
-    config = tl_config(cfg)
-    tensors = tl_tensors(model.state_dict(), cfg)
+    # unfold_norms reads TransformerLens's own normalization_type (LNPre / RMSPre: unit gains to add)
+    tensors, config = unfold_norms(tl_tensors(model.state_dict(), cfg),
+                                   {**tl_config(cfg), "normalization_type": cfg.normalization_type})
     if dtype is None:
         dtype = "float64" if any(a.dtype == np.float64 for a in tensors.values()) else "float32"
     try:

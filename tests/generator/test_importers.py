@@ -97,6 +97,18 @@ def test_npz_missing_biases_become_zero(tmp_path):
     save_model(str(tmp_path / "nb.safetensors"), got, gcfg)
 
 
+def test_npz_folded_layer_norm(tmp_path):
+    """A folded state dict (TransformerLens LNPre: no ln weights at all) imports as LN with gain 1, bias 0."""
+    tensors, cfg = random_model("preln", seed=4, n_layers=2, ln_std=0, bias_std=0.1, **SMALL)
+    folded = {k: v for k, v in tensors.items() if ".ln" not in k and not k.startswith("ln_final")}
+    tensors.update({k: np.zeros_like(v) for k, v in tensors.items() if k.endswith((".ln1.b", ".ln2.b", "ln_final.b"))})
+    _write_npz(tmp_path / "folded.npz", folded)
+    got, gcfg = import_npz(str(tmp_path / "folded.npz"), {"act_fn": "gelu", "normalization_type": "LNPre"})
+    assert gcfg["normalization_type"] == "LN" and gcfg["final_ln"] and (got["blocks.1.ln2.w"] == 1).all()
+    toks = np.random.default_rng(0).integers(0, SMALL["d_vocab"], (3, SMALL["n_ctx"]))
+    np.testing.assert_array_equal(F.logits(F.as_model(got, gcfg), toks), F.logits(F.as_model(tensors, cfg), toks))
+
+
 def test_import_safetensors_with_json_and_metadata(tmp_path):
     from safetensors.numpy import save_file
 
