@@ -267,7 +267,7 @@ def _ints(text):
 def cmd_overwhelm_paper(args):
     """Run the sweep (resuming), the generation experiment, and write CSV and plots."""
     model = _model(args.model)
-    tok = families.model_tokenizer(args.model, model.config.tokenizer)
+    tok = families.model_tokenizer(args.model, model.config.tokenizer_name)
     os.makedirs(args.out_dir, exist_ok=True)
     cert_rel = os.path.relpath(args.cert_dir, args.out_dir) if args.cert_dir else "certs"
     sentences = families.held_out_sentences(args.corpus)

@@ -140,7 +140,7 @@ def cmd_overwhelm_repetition(args):
     if c.positional_embedding_type != "none":
         print("note: appendix F assumes a model without positions; this one is "
               f"{c.positional_embedding_type!r}: PTP and the predicted curve are then only indicative")
-    tok = families.model_tokenizer(args.model, c.tokenizer) if c.tokenizer else None
+    tok = families.model_tokenizer(args.model, c.tokenizer_name) if c.tokenizer_name else None
     tokens = {}
     for word in args.tokens.split():
         ids = [int(word)] if word.isdigit() else families.encode(tok, word)

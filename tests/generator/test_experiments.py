@@ -16,7 +16,7 @@ SMALL = CERTIFICATES / "models" / "text_small.safetensors"
 @pytest.fixture(scope="module")
 def tok():
     m = load_model(str(SMALL))
-    return text_data.model_tokenizer(str(SMALL), m.config.tokenizer)
+    return text_data.model_tokenizer(str(SMALL), m.config.tokenizer_name)
 
 
 def test_fixed_strings_are_deterministic_and_of_the_asked_length(tok):
