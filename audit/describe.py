@@ -16,18 +16,23 @@ def architecture(cfg) -> str:
     if cfg.attn_only:
         parts.append("attention-only")
     else:
-        parts.append(f"MLP d_mlp {cfg.d_mlp} {cfg.act_fn} ({'parallel' if cfg.parallel_attn_mlp else 'sequential'})")
-    if cfg.has_ln:
-        parts.append("LayerNorm" + (" shared" if cfg.shared_ln else "") + (" + final" if cfg.final_ln else ""))
+        parts.append(f"{'gated ' if cfg.gated_mlp else ''}MLP d_mlp {cfg.d_mlp} {cfg.act_fn} "
+                     f"({'parallel' if cfg.parallel_attn_mlp else 'sequential'})")
+    if cfg.has_norm:
+        parts.append(("LayerNorm" if cfg.has_ln else "RMSNorm") + (" shared" if cfg.shared_ln else "")
+                     + (" + final" if cfg.final_ln else ""))
     else:
         parts.append("no LayerNorm")
+    if cfg.n_key_value_heads is not None:
+        parts.append(f"grouped-query attention ({cfg.n_key_value_heads} key/value head(s))")
     if cfg.positional_embedding_type == "rotary":
-        parts.append(f"RoPE (rotary_dim {cfg.rotary_dim}, base {cfg.rotary_base})")
+        scaling = f", scaling factor {cfg.rotary_scaling_factor}" if cfg.rotary_scaling_factor != 1 else ""
+        parts.append(f"RoPE (rotary_dim {cfg.rotary_dim}, base {cfg.rotary_base}{scaling})")
     else:
         parts.append({"none": "no positional embedding", "standard": "learned positions"}[cfg.positional_embedding_type])
-    parts.append(f"{cfg.attention} attention")
-    if cfg.tokenizer is not None:
-        parts.append(f"tokenizer {cfg.tokenizer}")
+    parts.append(f"{cfg.attention_dir} attention" + ("" if cfg.use_attn_scale else ", unscaled scores"))
+    if cfg.tokenizer_name is not None:
+        parts.append(f"tokenizer {cfg.tokenizer_name}")
     return ", ".join(parts)
 
 

@@ -38,8 +38,8 @@ EXIT_CODES = """exit codes:
   2  ERROR           unusable input: unreadable or malformed file, out of limits, unknown kind or version,
                      a usage error, python-flint missing for --backend flint, --timeout reached
   3  INTERNAL ERROR  a checker bug; never VERIFIED
-(tcert, the generator, also exits 3 when a run is inconclusive and writes no certificate; here 3 is only
-ever a checker bug.)"""
+tcert-check never exits 4; tcert, the generator, exits 4 when a run is inconclusive and writes no
+certificate (its 0 is a certificate written, 2 bad input or usage)."""
 
 
 class UsageError(Exception):

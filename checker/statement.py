@@ -79,9 +79,9 @@ def _quoted(text: str) -> str:
 
 
 def vocabulary(model) -> Vocabulary:
-    """The vocabulary the statement quotes: the file the config's `tokenizer` names beside the model file.
+    """The vocabulary the statement quotes: the file the config's `tokenizer_name` names beside the model file.
     BadInput if that file exists but is unreadable or does not list exactly d_vocab tokens."""
-    name = model.config.tokenizer
+    name = model.config.tokenizer_name
     if name is None:
         return Vocabulary(None, "")
     folder = os.path.dirname(os.path.abspath(model.path)) if model.path else None
@@ -223,6 +223,6 @@ def check_statement(cert: dict, model, ob) -> None:
 def _missing_vocabulary_hint(model, theirs: str) -> str:
     """Why a statement may differ although nobody edited it: the vocabulary file did not travel with it."""
     if "Token texts from the vocabulary file" in theirs and vocabulary(model).texts is None:
-        return (f" (the certificate quotes token texts; put the vocabulary file {model.config.tokenizer!r} beside "
+        return (f" (the certificate quotes token texts; put the vocabulary file {model.config.tokenizer_name!r} beside "
                 "the model file to check them)")
     return ""

@@ -13,7 +13,7 @@ from tcert.checker.errors import BadInput
 from tcert.generator import certificate
 
 # Import names of the `generator` extra (pyproject.toml); the base install is the checker alone.
-GENERATOR_REQUIRES = ("safetensors", "scipy", "tqdm", "matplotlib")
+GENERATOR_REQUIRES = ("safetensors", "scipy", "tqdm", "matplotlib", "dask", "distributed")
 
 FEATURE_MODULES = (
     "tcert.generator.model.cli",        # model import/inspect/random

@@ -95,3 +95,4 @@ def test_without_python_flint(venv, tmp_path):
     assert proc.returncode == 2 and proc.stderr == "" and "pip install python-flint, or use --backend mpmath" in proc.stdout
     proc = run([bin_ / "tcert-check", cert, "--model", model, "--backend", "mpmath"], cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("VERIFIED: overwhelm")
+

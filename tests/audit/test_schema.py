@@ -36,9 +36,8 @@ PARSER_ONLY = {
                    "d_vocab/n_ctx/inputs equal to the model's) or on another field (q <= m, c <= n - 2, cutoff < m, "
                    "the corollary's length within [n_min, n_max])",
     r"must list \d+|must be a list of (d_model|d_head) = |must be a list of two lists|must list evidence for each "
-    r"length|must list as many hint vectors|must be a list of \d+ to d_head": "a list length tied to the model "
-                                                                             "(n_heads, d_model, d_head) or to "
-                                                                             "another field (the free length)",
+    r"length|must list as many hint vectors|must be a list of \d+ to d_head|must be a list of [^=]+ = \d+ exact numbers":
+        "a list length tied to the model (n_heads, d_model, d_head) or to another field (the free length)",
     r"listed twice|is the claimed token": "uniqueness: a case or competitor at most once, never the claimed token",
     r"must be positive": "a margin > 0 (a schema cannot compare exact rationals written as strings)",
     r"evidence\.constants: (missing|unused)": "the ledger's constant names follow from the model's layers and heads",

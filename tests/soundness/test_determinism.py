@@ -158,7 +158,7 @@ def regenerate(path, tmp_path) -> tuple:
         if src.is_file():
             (tmp_path / arg).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, tmp_path / arg)
-            vocab = load_model(str(src)).config.tokenizer if src.suffix == ".safetensors" else None
+            vocab = load_model(str(src)).config.tokenizer_name if src.suffix == ".safetensors" else None
             if vocab and (src.parent / vocab).is_file():
                 shutil.copy(src.parent / vocab, (tmp_path / arg).parent / vocab)
     out = command[command.index("--out") + 1]
