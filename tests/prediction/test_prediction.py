@@ -21,6 +21,7 @@ from tcert.checker.interval import make_backend
 from tcert.checker.kinds.prediction import check_claim
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
+from tcert.checker.statement import statement_for
 from tcert.generator import certificate
 from tcert.generator.model.files import config_json, save_model
 from tcert.generator.model.forward import logits as float_logits
@@ -155,12 +156,18 @@ def test_tcert_predict_command(models, tmp_path, capsys):
     for out in outs:
         assert tcert_main(["predict", "--model", model.path, "--tokens", tokens, "--out", out]) == 0
     capsys.readouterr()
-    assert open(outs[0], "rb").read() == open(outs[1], "rb").read()
+    made = [json.loads(open(out, "rb").read()) for out in outs]     # each records its own command line
+    assert [m["generator"].pop("command")[-1] for m in made] == outs and made[0] == made[1]
     code, line = run_cli(capsys, outs[0], model.path)
     assert code == 0, line
 
 
 # --- unsafe changes are rejected ---------------------------------------------------------------------
+
+def restated(cert: dict, model) -> dict:
+    """`cert` with its statement written for its (edited) claim: the kind's obligations judge the edit."""
+    return dict(cert, statement=statement_for(cert["kind"], cert["claim"], model))
+
 
 def verdict(path, model_path, backend="flint"):
     """'VERIFIED', or the Rejected obligation name; BadInput propagates."""
@@ -187,7 +194,7 @@ def test_margin_above_certified_gap_rejected(models, tmp_path, name, backend):
         "double": (certified * 2, "prediction: logit gap"),
     }
     for tag, (margin, expected) in cases.items():
-        edited = dict(cert, claim=dict(cert["claim"], margin=format_number(margin)))
+        edited = restated(dict(cert, claim=dict(cert["claim"], margin=format_number(margin))), model)
         got = verdict(write_cert(str(tmp_path), edited, tag), model.path, backend)
         assert got == expected, (tag, float(margin))
 
@@ -224,7 +231,7 @@ def test_changed_input_token(models, tmp_path, name):
             new[pos] = t
             f = float_logits(model, np.asarray([new]))[0]
             gap = Fraction(float(f[k] - np.delete(f, k).max()))
-            edited = dict(cert, claim=dict(cert["claim"], tokens=new))
+            edited = restated(dict(cert, claim=dict(cert["claim"], tokens=new)), model)
             got = verdict(write_cert(str(tmp_path), edited, "x"), model.path)
             if gap < margin - Fraction(1, 10 ** 6):
                 assert got == "prediction: logit gap", (pos, t, float(gap))
