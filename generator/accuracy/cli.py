@@ -1,4 +1,5 @@
-"""`tcert accuracy`: Max-of-K accuracy certificates (brute | cubic | subcubic[:NAME]); demo section."""
+"""`tcert accuracy`: Max-of-K accuracy certificates (brute | cubic | subcubic[:NAME] | refine[:BUDGET]), optionally
+under an input distribution; demo section."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from tcert.checker.modelfile import load_model
 
 from tcert.generator import certificate
 
-STRATEGIES = ("brute", "cubic", "subcubic")
+STRATEGIES = ("brute", "cubic", "subcubic", "refine")
 # Exact counts established by verified brute-force certificates (model file SHA-256 -> correct inputs).
 KNOWN_EXACT = {"9dbb098693d185abc736125322aef131a5c7acfd9d743c784181279764d59f25": 16_763_235}  # maxof4_seed123
 
@@ -28,14 +29,19 @@ def cmd_accuracy(args) -> int:
     model = load_model(args.model)
     if not is_maxofk(model):
         raise BadInput("accuracy: needs a 1-layer, 1-head, attention-only model with learned positions")
-    if args.strategy.partition(":")[0] not in STRATEGIES:
-        raise BadInput(f"--strategy must be one of brute, cubic, subcubic[:NAME] (got {args.strategy!r})")
-    if args.strategy.startswith("subcubic"):
-        from tcert.generator.accuracy.subcubic import parse_name
-        try:
+    name = args.strategy.partition(":")[0]
+    if name not in STRATEGIES or (name in ("brute", "cubic") and ":" in args.strategy):
+        raise BadInput(f"--strategy must be one of brute, cubic, subcubic[:NAME], refine[:BUDGET] (got {args.strategy!r})")
+    try:
+        if args.strategy.startswith("subcubic"):
+            from tcert.generator.accuracy.subcubic import parse_name
             parse_name(args.strategy.partition(":")[2] or None)
-        except ValueError as e:
-            raise BadInput(f"--strategy: {e}") from None
+        if args.strategy.startswith("refine"):
+            from tcert.generator.accuracy.refine import parse_budget
+            parse_budget(args.strategy.partition(":")[2] or None)
+    except ValueError as e:
+        raise BadInput(f"--strategy: {e}") from None
+    distribution = read_distribution(args.distribution)
     c = model.config
     if args.strategy == "brute" and c.d_vocab ** c.n_ctx > 1 << 26:
         raise BadInput(f"brute force over {c.d_vocab}^{c.n_ctx} inputs is out of range")
@@ -45,17 +51,36 @@ def cmd_accuracy(args) -> int:
               f"d_vocab {c.d_vocab}", file=sys.stderr)
     true_count = args.true_count if args.true_count is not None else KNOWN_EXACT.get(model.sha256)
     start = time.perf_counter()
-    cert, report = make_certificate(model, args.strategy, true_count)
+    cert, report = make_certificate(model, args.strategy, true_count, distribution)
     certificate.write(args.out, cert)
     report.update(out=args.out, seconds=round(time.perf_counter() - start, 3))
     if args.json:
         print(json.dumps(report, sort_keys=True))
     else:
-        print(f"{args.strategy}: correct on >= {report['bound']} of {report['inputs']} inputs "
-              f"({report['bound_over_inputs']})"
+        what = f"correct on >= {report['bound']} of {report['inputs']} inputs" if distribution is None else \
+            f"the inputs answered correctly weigh >= {report['bound']} under the distribution"
+        print(f"{args.strategy}: {what} ({report['bound_over_inputs']})"
               + (f", bound/true {report['bound_over_true']}" if "bound_over_true" in report else "")
               + f"; {report['complexity']}, {report['flops']:.3g} FLOPs, {report['seconds']:.2f} s -> {args.out}")
     return 0
+
+
+def read_distribution(text):
+    """--distribution: None, a JSON object (claim.distribution's form) inline, or the path of a file holding
+    one. Malformed: BadInput (the checker's own parser validates the fields when the claim is made)."""
+    if text is None:
+        return None
+    try:
+        if text.lstrip().startswith("{"):
+            value = json.loads(text)
+        else:
+            with open(text, encoding="utf-8") as f:
+                value = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--distribution: not a JSON object or a file holding one ({str(e)[:60]})") from None
+    if not isinstance(value, dict):
+        raise BadInput("--distribution: must be a JSON object")
+    return value
 
 
 def add_commands(sub):
@@ -63,7 +88,11 @@ def add_commands(sub):
     p = sub.add_parser("accuracy", help="certify a lower bound on a Max-of-K model's accuracy")
     p.add_argument("--model", required=True)
     p.add_argument("--strategy", default="cubic",
-                   help="brute | cubic | subcubic[:svd|:svd2|:svd-rec|:svd-recN|:exact-eqke][+eu]")
+                   help="brute | cubic | subcubic[:svd|:svd2|:svd-rec|:svd-recN|:exact-eqke][+eu] | "
+                        "refine[:BUDGET] (BUDGET: FLOPs such as 2e7, a multiple of cubic's such as 2x, or max)")
+    p.add_argument("--distribution", default=None,
+                   help='claim under an input distribution: JSON (or a file of it), e.g. {"max_at_least": 32} or '
+                        '{"position_weights": [[w_0(0), ...], ...]} (exact numbers)')
     p.add_argument("--out", required=True)
     p.add_argument("--true-count", type=int, default=None,
                    help="exact number of correct inputs, if known (reported as bound / true accuracy)")

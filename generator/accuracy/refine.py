@@ -199,7 +199,7 @@ def case_chains(T, K, dist) -> list:
                                      dist) if cc else None
                 if mixed:
                     chain.append(mixed)
-                if cc <= MAX_PATTERN_POSITIONS:
+                if n - 1 <= MAX_PATTERN_POSITIONS:       # longer inputs: too many patterns, too few inputs each
                     if q not in H:
                         H[q] = query_terms(T, q)
                     chain += pattern_actions(T, H[q], (m, q, cc), K.get((m, q, cc), []), dist,

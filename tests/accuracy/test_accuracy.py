@@ -24,7 +24,7 @@ from tcert.testing.mutation import max_token_gaps
 from tcert.testing.accuracy import constructed
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
-              "subcubic:exact-eqke")
+              "subcubic:exact-eqke", "refine:1.1x", "refine")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -474,10 +474,13 @@ def test_figures_record_the_certified_count_and_tallies(tiny, strategy):
     claimed = ob.certificate["claim"]["correct_at_least"]
     assert ob.figure("claim.correct_at_least") == claimed
     assert ob.done[-1].name == "accuracy: count"
-    assert all(o.name.startswith(("accuracy brute: ", "accuracy cubic: ", "accuracy subcubic: ", "accuracy: "))
-               for o in ob.done), [o.name for o in ob.done]
+    assert all(o.name.startswith(("accuracy brute: ", "accuracy cubic: ", "accuracy subcubic: ", "accuracy refine: ",
+                                  "accuracy: ")) for o in ob.done), [o.name for o in ob.done]
     if strategy == "brute":
         assert ob.figure("inputs decided") == 8 ** 3 and ob.figure("inputs certainly correct") == claimed
+    elif strategy.startswith("refine"):
+        assert ob.figure("inputs covered") + ob.figure("inputs covered by mixed entries") + \
+            ob.figure("inputs credited by pattern groups") == claimed
     else:
         assert ob.figure("cases confirmed") == len(ob.certificate["evidence"]["cases"])
         assert ob.figure("inputs covered") == claimed

@@ -123,18 +123,20 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
 
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
     """Confirm every mixed entry (obligation "accuracy refine: mixed cases"); their summed weight numerators."""
-    sums, keys, weight, count = {}, {}, 0, 0
+    needed, keys, weight, count = {}, {}, 0, 0
+    for (m, q, c), entries in mixed.items():
+        needed.setdefault((q, m), set()).update(k for S, _ in entries for k in S)
     with ob.step("accuracy refine: mixed cases") as fig:
         for (m, q, c), entries in sorted(mixed.items()):
             if m not in values:
                 values[m] = cubic.value_bounds(tables, m)
-            sums.setdefault(q, position_sums(tables, q))
             if (q, m) not in keys:
-                needed = {k for (m2, q2, _), es in mixed.items() if (m2, q2) == (m, q) for S, _ in es for k in S}
-                keys[(q, m)] = key_bounds(tables, q, m, sorted(needed))
-            K = cases.get((m, q, c), [])
+                keys[(q, m)] = key_bounds(tables, q, m, sorted(needed[(q, m)]))
+            case, K = (m, q, c), cases.get((m, q, c), [])
+            ends = [(u, u * keys[(q, m)][0] + keys[(q, m)][1]) for u in max_weights(tables, q, c)]
+            beta_K = key_bound(tables, values[m], q, K)
             for S, b in entries:
-                bound = mixed_bound(tables, values[m], keys[(q, m)], sums[q], (m, q, c), K, S, b)
+                bound = mixed_bound(tables, keys[(q, m)][2], ends, beta_K, case, S, b)
                 if not bound < 0:
                     raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
                                        f"{show(bound * bound_scale(tables))} >= 0")
@@ -143,6 +145,13 @@ def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
         fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
         fig["inputs covered by mixed entries"] = count
     return weight
+
+
+def max_weights(tables, q: int, c: int) -> tuple:
+    """The ends of u's range: the least and the largest positional weight sum of n-1-c non-query positions."""
+    sums = position_sums(tables, q)
+    r = tables["n"] - 1 - c
+    return sums.smallest[r], sums.largest[r]
 
 
 def bound_scale(tables):
@@ -168,28 +177,32 @@ def key_bounds(tables, q: int, m: int, tokens) -> tuple:
     return mul_upper(e_lo[m], e_hi[m], EU + centred(m) + Pn), mul_upper(eq_lo, eq_hi, EU + centred(q) + PV[n - 1]), Bk
 
 
-def mixed_bound(tables, values, keys, sums, case, K, S, b) -> int:
+def key_bound(tables, values, q: int, K) -> int:
+    """betaK >= max_{t in K} e[q,t] S_t with S_t = EUp[q] + R[t], cubic's per-key bound (0 for K empty)."""
+    if not K:
+        return 0
+    _, _, EUp, R = values
+    return max(int(x) for x in mul_upper(tables["e_lo"][q][K], tables["e_hi"][q][K], EUp[q] + R[K]))
+
+
+def mixed_bound(tables, Bk, ends, beta_K, case, S, b) -> int:
     """An upper bound of the numerator of max_{x != m} logit_x - logit_m over every input of case (m, q, c)
-    with b non-max positions holding tokens of S and c - b tokens of K, in any order.
+    with b non-max positions holding tokens of S and c - b tokens of the case's K, in any order (`ends`:
+    each end u of the max positions' weight range with u Mx + Qx; `beta_K` from `key_bound`).
 
     With u, W, W_K the positional weight sums of the max, S and K positions (u + W + W_K = P), the numerator
     of logit x is at most u Mx[x] + W betaS[x] + W_K betaK + Qx[x] (`key_bounds`; betaS[x] = max_{k in S}
-    Bk[k][x], coupled over x; betaK >= max_{t in K} e[q,t] S_t the cubic per-key bound). Substituting W_K,
+    Bk[k][x], coupled over x; betaK >= max_{t in K} e[q,t] S_t, the cubic per-key bound). Substituting W_K,
     the max over x is a convex function of (u, W); u and W each lie in their range over all orders, so its
     maximum over the box of those ranges, at a corner, bounds every input. With b = c (no K positions)
     W = P - u: the ends of u's range."""
     m, q, c = case
-    Mx, Qx, Bk = keys
-    _, _, EUp, R = values
-    r = tables["n"] - 1 - c
-    beta_S = np.max([Bk[k] for k in S], axis=0)
-    U = (sums.smallest[r], sums.largest[r])
+    sums = position_sums(tables, q)
+    beta_S = Bk[S[0]] if len(S) == 1 else np.max([Bk[k] for k in S], axis=0)
     if b == c:
-        return max(int(np.max(u * Mx + mul_upper(sums.total_lo - u, sums.total_hi - u, beta_S) + Qx)) for u in U)
-    e_lo, e_hi = tables["e_lo"][q], tables["e_hi"][q]
-    beta_K = max(int(x) for x in mul_upper(e_lo[K], e_hi[K], EUp[q] + R[K]))
-    corners = [int(np.max(u * Mx + w * beta_S + Qx)) - (u + w) * beta_K
-               for u in U for w in (sums.smallest[b], sums.largest[b])]
+        return max(int(np.max(base + mul_upper(sums.total_lo - u, sums.total_hi - u, beta_S))) for u, base in ends)
+    corners = [int(np.max(base + w * beta_S)) - (u + w) * beta_K
+               for u, base in ends for w in (sums.smallest[b], sums.largest[b])]
     return max(corners) + int(mul_upper(sums.total_lo, sums.total_hi, beta_K))
 
 
