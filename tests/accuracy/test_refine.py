@@ -123,7 +123,9 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
                     K = sorted(rng.sample(range(m), rng.randint(0, m))) if P else []
                     outside = [f for f in itertools.product(range(m), repeat=c) if not all(t in K for t in f)] \
                         if P else [()]
-                    counted, _ = refine.pattern_credit(T, (R, Eq, Dal), (m, q, P), K, rule, uniform(n, v))
+                    _, counted, left = refine.pattern_credit(T, (R, Eq, Dal), (m, q, P), K, rule, uniform(n, v))
+                    if left:
+                        counted += refine.decided_weight(T, R, q, [left], uniform(n, v))[1]
                     inputs = list(group_inputs(n, m, q, P, outside))
                     good = sum(verdicts[t] is True for t in inputs)
                     if rule == "e":

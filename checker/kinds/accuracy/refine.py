@@ -210,29 +210,36 @@ def mixed_bound(tables, Bk, ends, beta_K, case, S, b) -> int:
 
 def pattern_weight(tables, cases, patterns, dist, ob) -> int:
     """Credit every pattern entry (obligation "accuracy refine: pattern groups"): the summed weight
-    numerators of the inputs outside the cubic set K^P that its rule proves correct."""
-    values, weight, tally, query = value_tables(tables), 0, [0, 0], None
+    numerators of the inputs outside the cubic set K^P that its rule proves correct (rule "e"'s inputs of one
+    query decided together)."""
+    values, weight, tally = value_tables(tables), 0, np.zeros(2, dtype=np.int64)
     with ob.step("accuracy refine: pattern groups") as fig:
-        for (m, q, P), rule in sorted(patterns.items(), key=lambda kv: (kv[0][1], kv[0])):
-            if not P and (m, q, 0) in cases:
-                continue            # its one input is the cubic case's already
-            if query is None or query[0] != q:
-                rows = query_rows(tables, values, q)
-                Eq = common_exponents(rows, q)
-                query = (q, rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True))
-            w, counted = pattern_credit(tables, query[1:], (m, q, P), cases.get((m, q, len(P)), []), rule, dist)
-            weight, tally = weight + w, [tally[0] + counted[0], tally[1] + counted[1]]
+        by_query = {}
+        for (m, q, P), rule in sorted(patterns.items()):
+            if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
+                by_query.setdefault(q, []).append(((m, q, P), rule))
+        for q, groups in sorted(by_query.items()):
+            rows = query_rows(tables, values, q)
+            Eq = common_exponents(rows, q)
+            query, pending = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), []
+            for group, rule in groups:
+                w, counted, left = pattern_credit(tables, query, group, cases.get(group[:2] + (len(group[2]),), []),
+                                                  rule, dist)
+                weight, tally[0] = weight + w, tally[0] + counted
+                pending += [left] if left else []
+            w, counted, decided = decided_weight(tables, rows, q, pending, dist)
+            weight, tally = weight + w, tally + (counted, decided)
         fig["pattern groups"] = len(patterns)
-        fig["inputs credited by pattern groups"] = tally[0]
-        fig["inputs decided one by one"] = tally[1]
+        fig["inputs credited by pattern groups"] = int(tally[0])
+        fig["inputs decided one by one"] = int(tally[1])
     return weight
 
 
 def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
-    """(summed weight numerators, (inputs credited, inputs decided one by one)) of the inputs of group
-    (m, q, P) outside K^P that rule "d" proves correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`,
-    the top-2 bound of each free position; all aligned to one exponent); rule "e" also credits each input it
-    leaves that `rows.decide` / `rows.exact_correct` prove correct."""
+    """(summed weight numerators, number) of the inputs of group (m, q, P) outside K^P that rule "d" proves
+    correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`, the top-2 bound of each free position; all
+    aligned to one exponent); and for rule "e" the inputs it leaves, to be decided one by one (token rows,
+    P, the fixed positions' weight), else None."""
     (m, q, P), (rows, Eq, Dal) = group, query
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
@@ -246,21 +253,31 @@ def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     if K:
         k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
         counted, weight = counted - k_counted, weight - k_weight
-    exact = 0
-    if rule == "e" and len(failing):
-        failing = failing[~np.all(inK[failing], axis=1)] if P else failing
-        tok = np.full((len(failing), n), m)
-        tok[:, n - 1] = q
-        tok[:, list(P)] = failing
-        verdict = decide(rows, tok, np.full(len(tok), m))
-        for j in np.nonzero(verdict == 0)[0]:
-            verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
-        good = failing[verdict == 1]
-        exact = len(failing)
-        counted += len(good)
-        weight += len(good) if dist.unit else \
-            sum(math.prod(dist.a[i][t] for i, t in zip(P, row)) for row in good.tolist())
-    return weight * fixed_w, (counted, exact)
+    if rule != "e" or not len(failing):
+        return weight * fixed_w, counted, None
+    failing = failing[~np.all(inK[failing], axis=1)] if P else failing
+    tok = np.full((len(failing), n), m)
+    tok[:, n - 1] = q
+    tok[:, list(P)] = failing
+    return weight * fixed_w, counted, (tok, P, fixed_w)
+
+
+def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
+    """(summed weight numerators, number, number decided) of the inputs in `pending` (from `pattern_credit`)
+    that `rows.decide`, or where it cannot tell `rows.exact_correct`, proves correct."""
+    if not pending:
+        return 0, 0, 0
+    tok = np.concatenate([t for t, _, _ in pending])
+    verdict = decide(rows, tok, tok.max(axis=1))
+    for j in np.nonzero(verdict == 0)[0]:
+        verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
+    weight, start = 0, 0
+    for t, P, fixed_w in pending:
+        good = t[verdict[start:start + len(t)] == 1]
+        start += len(t)
+        weight += fixed_w * (len(good) if dist.unit else
+                             sum(math.prod(dist.a[i][row[i]] for i in P) for row in good.tolist()))
+    return weight, int(np.count_nonzero(verdict == 1)), len(tok)
 
 
 def separable(betas, tokens, theta: int, dist, P) -> tuple:
