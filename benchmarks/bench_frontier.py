@@ -15,6 +15,12 @@ best subcubic variants and refine at each budget and unlimited; then print the i
 
 Check times are wall and CPU seconds of the verify call (the before-checker's CPU is its child rusage).
 Nothing is written into certificates; the figure (two panels) goes to --plot.
+
+    python benchmarks/bench_frontier.py --large-k M8.safetensors,M10.safetensors [--samples 200000]
+
+Where brute force is impossible (e.g. K = 8, 10 at d_vocab 64, `tcert train maxofk --k 8`): cubic, the best
+subcubic variants and refine (2x and unlimited), each checked (Arb), against the importance-sampled
+ESTIMATE (`tcert accuracy-estimate`; labelled, never a certificate) with one standard error.
 """
 
 import argparse
@@ -164,6 +170,29 @@ def plot(results, strategies, out):
     print(f"wrote {out}")
 
 
+def large_k(paths, strategies, samples, backend, tmp):
+    """Certified bound / inputs of each strategy next to the estimate, per model (no brute force)."""
+    from tcert.generator.accuracy.strategies import estimate_accuracy
+    for path in paths:
+        model = load_model(path)
+        c = model.config
+        t0 = time.perf_counter()
+        est = estimate_accuracy(model, samples, 0)
+        print(f"K={c.n_ctx} d_vocab {c.d_vocab} ({os.path.basename(path)}): ESTIMATE {est['estimate']:.6f} +- "
+              f"{est['stderr']:.6f} ({samples} samples, {time.perf_counter() - t0:.1f} s; not a certificate)", flush=True)
+        for strategy in strategies:
+            t0, c0 = time.perf_counter(), time.process_time()
+            cert, report = make_certificate(model, strategy, None)
+            gen, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
+            out = os.path.join(tmp, f"k{c.n_ctx}_{strategy.replace(':', '_')}.json")
+            certificate.write(out, cert)
+            wall, cpu = timed_check(out, path, backend)
+            frac = report["bound"] / report["inputs"]
+            print(f"  {strategy:24s} bound/inputs {frac:.6f}  bound/estimate {frac / est['estimate']:.4f}  "
+                  f"{report['flops']:.3g} FLOPs  generator {gen:6.2f} s [{gen_cpu:5.2f} CPU]  check {wall:6.2f} s "
+                  f"[{cpu:5.2f} CPU]", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1,2", help="fresh seeds to train (comma list; empty for none)")
@@ -172,7 +201,14 @@ def main():
     p.add_argument("--before-checker", default=None, help="an older tcert-check to time brute force with")
     p.add_argument("--backend", default="flint")
     p.add_argument("--plot", default=None)
+    p.add_argument("--large-k", default=None, help="comma list of model files: the estimate mode")
+    p.add_argument("--samples", type=int, default=200_000)
     args = p.parse_args()
+    if args.large_k:
+        strategies = ["cubic"] + [s for s in args.subcubic.split(",") if s] + ["refine:2x", "refine"]
+        with tempfile.TemporaryDirectory() as tmp:
+            large_k(args.large_k.split(","), strategies, args.samples, args.backend, tmp)
+        return
     seeds = [int(s) for s in args.seeds.split(",") if s]
     budgets = [b for b in args.budgets.split(",") if b]
     if "2x" not in budgets:
