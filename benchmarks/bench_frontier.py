@@ -1,7 +1,7 @@
 """The Max-of-K accuracy frontier: certified fraction vs counted FLOPs and vs check time, every strategy.
 
     python benchmarks/bench_frontier.py [--seeds 0,1,2] [--budgets 1.25x,1.5x,2x,4x] \
-        [--before-checker /work/venvs/main/bin/tcert-check] [--plot docs/accuracy_bound_vs_flops.png]
+        [--before-checker /work/venvs/main/bin/tcert-check] [--plot docs/accuracy_bound_vs_flops.png] [--no-anchors]
 
 Models: both shipped anchors (certificates/anchors/maxofk) and freshly trained seeds (`tcert train maxofk
 --seed S`, the reference recipe). Per model, in one run: generate and check (Arb) brute force, cubic, the
@@ -25,6 +25,7 @@ ESTIMATE (`tcert accuracy-estimate`; labelled, never a certificate) with one sta
 
 import argparse
 import glob
+import json
 import os
 import resource
 import subprocess
@@ -46,10 +47,10 @@ REFERENCE = {"maxof4_seed123": {"cubic": (15_821_617, 55.0), "best subcubic": (1
              "maxof4_seed50": {"cubic": (15_868_028, 43.0), "best subcubic": (11_542_074, 2.9)}}
 
 
-def models(seeds, tmp):
+def models(seeds, tmp, anchors=True):
     """(name, model path) of the anchors and of freshly trained seeds."""
     out = []
-    for npz in sorted(glob.glob(str(ROOT / "certificates" / "anchors" / "maxofk" / "*.npz"))):
+    for npz in sorted(glob.glob(str(ROOT / "certificates" / "anchors" / "maxofk" / "*.npz")) if anchors else []):
         name = os.path.basename(npz)[:-4]
         path = os.path.join(tmp, name + ".safetensors")
         save_model(path, *import_npz(npz))
@@ -57,8 +58,10 @@ def models(seeds, tmp):
     for s in seeds:
         path = os.path.join(tmp, f"seed{s}.safetensors")
         t0 = time.perf_counter()
-        subprocess.run(["tcert", "train", "maxofk", "--seed", str(s), "--out", path], check=True,
-                       stdout=subprocess.DEVNULL)
+        run = subprocess.run(["tcert", "train", "maxofk", "--seed", str(s), "--out", path], capture_output=True,
+                             text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"training seed {s} failed: {run.stderr.strip()[-300:]}")
         print(f"trained seed {s} in {time.perf_counter() - t0:.1f} s", flush=True)
         out.append((f"seed{s}", path))
     return out
@@ -153,10 +156,15 @@ def plot(results, strategies, out):
         exact = results[name]["brute"]["bound"]
         for label, (bound, seconds) in ref.items():
             axes[0].axhline(bound / exact, color="grey", lw=0.8, ls="--")
-            axes[0].annotate(f"reference {label}, {name[7:]}", (1e6, bound / exact), fontsize=6, color="grey")
+            axes[0].annotate(f"reference impl. {label}, {name[6:]} (FLOPs not known)", (0.01, bound / exact + 0.002),
+                             xycoords=("axes fraction", "data"), fontsize=6, color="grey")
             axes[1].scatter([seconds], [bound / exact], marker="x", color="black", s=40,
                             label="reference impl. (reproduced here, wall s)" if label == "cubic" and
                             name == "maxof4_seed123" else None)
+    before = [(rows["brute"]["before_cpu"], 1.0) for rows in results.values() if "before_cpu" in rows["brute"]]
+    if before:
+        axes[1].scatter([b[0] for b in before], [b[1] for b in before], marker="s", facecolors="none",
+                        edgecolors="tab:blue", s=45, label="brute (checker before pruning)")
     axes[0].set_xlabel("counted FLOPs of the proof")
     axes[1].set_xlabel("check time, CPU s (Arb); reference points: proof wall s")
     axes[0].set_ylabel("certified bound / exact count")
@@ -164,7 +172,7 @@ def plot(results, strategies, out):
         ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
     axes[1].legend(fontsize=6, loc="lower right")
-    fig.suptitle(f"Max-of-4 frontier: {', '.join(results)}")
+    fig.suptitle(f"Max-of-4 frontier: {', '.join(results)}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
@@ -201,9 +209,18 @@ def main():
     p.add_argument("--before-checker", default=None, help="an older tcert-check to time brute force with")
     p.add_argument("--backend", default="flint")
     p.add_argument("--plot", default=None)
+    p.add_argument("--no-anchors", action="store_true")
     p.add_argument("--large-k", default=None, help="comma list of model files: the estimate mode")
     p.add_argument("--samples", type=int, default=200_000)
+    p.add_argument("--json", default=None, help="write the measured rows here")
+    p.add_argument("--plot-from", default=None, help="comma list of --json files: only draw --plot from them")
     args = p.parse_args()
+    if args.plot_from:
+        runs = [json.load(open(path)) for path in args.plot_from.split(",")]
+        merged = {name: rows for run in runs for name, rows in run["results"].items()}
+        print_table([ratios(name, rows) for name, rows in merged.items()])
+        plot(merged, runs[0]["strategies"], args.plot)
+        return
     if args.large_k:
         strategies = ["cubic"] + [s for s in args.subcubic.split(",") if s] + ["refine:2x", "refine"]
         with tempfile.TemporaryDirectory() as tmp:
@@ -217,8 +234,11 @@ def main():
         [f"refine:{b}" for b in budgets] + ["refine"]
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: run_model(name, path, strategies, tmp, args.backend, args.before_checker)
-                   for name, path in models(seeds, tmp)}
+                   for name, path in models(seeds, tmp, not args.no_anchors)}
     print_table([ratios(name, rows) for name, rows in results.items()])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"strategies": strategies, "results": results}, f, indent=1)
     if args.plot:
         plot(results, strategies, args.plot)
 
