@@ -156,7 +156,7 @@ def plot(results, strategies, out):
         exact = results[name]["brute"]["bound"]
         for label, (bound, seconds) in ref.items():
             axes[0].axhline(bound / exact, color="grey", lw=0.8, ls="--")
-            axes[0].annotate(f"reference impl. {label}, {name[6:]} (FLOPs not known)", (0.01, bound / exact + 0.002),
+            axes[0].annotate(f"reference impl. {label}, {name[7:]} (FLOPs not known)", (0.01, bound / exact + 0.002),
                              xycoords=("axes fraction", "data"), fontsize=6, color="grey")
             axes[1].scatter([seconds], [bound / exact], marker="x", color="black", s=40,
                             label="reference impl. (reproduced here, wall s)" if label == "cubic" and
