@@ -17,11 +17,16 @@ def writable(path) -> str:
 
 
 def write_text(path, text: str) -> str:
-    """Write `text` to `path` (checked by `writable`); an OS refusal is one BadInputError line."""
+    """Write `text` to `path` (checked by `writable`) atomically; an OS refusal is one BadInputError line."""
     path = writable(path)
-    try:
-        with open(path, "w", encoding="utf-8") as f:
+    temporary = f"{path}.tcert-partial"
+    try:   # written beside, then renamed: an interrupted write (--timeout, Ctrl-C) never leaves half a file
+        with open(temporary, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(temporary, path)
     except OSError as e:
         raise BadInputError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
     return path

@@ -77,14 +77,14 @@ def overwhelm(model, prefix, query: int, free: str, method: str = "lp", value_bo
         raise BadInputError(f"method: {method!r} is not one of naive, lp, tight")
     if not isinstance(query, int) or isinstance(query, bool):
         raise BadInputError("query: expected one token id")
+    if method == "lp" and (free.startswith("upto:") or free.startswith("any:")):
+        raise BadInputError(f"method lp needs a permutation set (perm:...); {free} has independent positions, "
+                            "where the LP adds nothing: use method naive (or tight)")
     if free.startswith("upto:"):
         from tcert.generator.overwhelm.upto import generate_upto, parse_upto
         cert, report = generate_upto(model, prefix, query, parse_upto(free), method, value_bound, hints)
         return _overwhelm_result(cert, report, model)
     spec = parse_free(free)
-    if method == "lp" and spec[0] == "any":
-        raise BadInputError(f"method lp needs a permutation set (perm:...); {free} has independent positions, "
-                            "where the LP adds nothing: use method naive (or tight)")
     c = model.config
     if any(not 0 <= t < c.d_vocab for t in prefix + [query] + (spec[2] or [])):
         raise BadInputError(f"token ids must lie in [0, {c.d_vocab})")

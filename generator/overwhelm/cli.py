@@ -73,7 +73,7 @@ def add_commands(sub):
     p.add_argument("--query-text", help="the query token as text (one token)")
     p.add_argument("--free", required=True, help="any:N | perm:ID,ID,... | perm-text:TEXT | upto:N (every length 0..N)")
     p.add_argument("--method", choices=["naive", "lp", "tight"], default="lp",
-                   help="lp: perm sets only (any:N is refused: use naive); tight: competitor-wise, exact per head "
+                   help="lp: perm sets only (any:N and upto:N are refused: use naive); tight: competitor-wise, exact per head "
                         "(Dinkelbach), ignores --value-bound/--hints")
     p.add_argument("--value-bound", choices=["auto", "table", "norm"], default="auto", help="value bound")
     p.add_argument("--hints", choices=["auto", "tight", "float"], default="auto",

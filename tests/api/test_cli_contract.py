@@ -89,6 +89,8 @@ def test_lp_on_any_is_refused_not_silently_naive(capsys, tmp_path):
             ",".join(map(str, claim["prefix"])), "--query-id", str(claim["query"]), "--free", "any:1",
             "--out", str(tmp_path / "o.json")]
     assert main(argv) == 2 and "permutation set" in capsys.readouterr().err   # --method lp is the default
+    upto = [a if a != "any:1" else "upto:1" for a in argv]
+    assert main(upto) == 2 and "permutation set" in capsys.readouterr().err
     assert main(argv + ["--method", "naive"]) in (0, 4)
 
 
