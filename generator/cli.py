@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(name).add_commands(sub)
     for p in parser_tree(parser):
         p.formatter_class, p.epilog = HelpFormatter, EXIT_CODES
+        for a in p._actions:   # argparse prints no line (so no default) for an option without help
+            if a.option_strings and a.help is None:
+                a.help = a.dest.replace("_", " ")
         p.error = _usage_error(p)
         if _is_leaf(p):
             have = {s for a in p._actions for s in a.option_strings}

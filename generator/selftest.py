@@ -324,7 +324,16 @@ def _bar(total: int, on: bool):
     """A progress bar on stderr (tqdm) or nothing."""
     if not on:
         return lambda kind: None
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:   # a plain counter without tqdm
+        done = []
+
+        def count(kind):
+            done.append(kind)
+            sys.stderr.write(f"\rselftest: {len(done)}/{total} examples ({kind}) " + ("\n" if len(done) == total else ""))
+            sys.stderr.flush()
+        return count
     t = tqdm(total=total, file=sys.stderr, unit="example", leave=False)
 
     def step(kind):
