@@ -146,3 +146,55 @@ def test_timeout_ends_in_exit_5_with_nothing_written(tmp_path):
 def test_progress_stays_off_when_stderr_is_not_a_terminal(model_file, tmp_path):
     code, out, err = tcert("influence", "--model", model_file, "--out", str(tmp_path / "i.json"))
     assert code == 0 and err == "" and "wrote" in out
+
+
+class Terminal:
+    """A stand-in for a terminal's stderr: isatty() is True, writes are kept."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_progress_line_on_a_terminal_and_quiet_turns_it_off(monkeypatch):
+    import argparse
+    import time
+    from tcert.generator import cli
+    term = Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", term)
+    args = argparse.Namespace(quiet=False, func=None)
+    with cli._progress("predict", args):
+        time.sleep(1.3)
+    assert "tcert predict: working, 1 s" in term.text and term.text.endswith("\r\033[K")
+    term.text = ""
+    with cli._progress("predict", argparse.Namespace(quiet=True, func=None)):
+        time.sleep(1.3)
+    assert term.text == ""
+
+
+def test_selftest_draws_a_progress_bar_on_a_terminal():
+    import os
+    import pty
+    import fcntl
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a real terminal has a size
+    p = subprocess.run([sys.executable, "-c", "from tcert.generator.cli import run; run()", "selftest",
+                        "--examples", "1", "--kinds", "prediction"], stdout=subprocess.PIPE, stderr=slave,
+                       text=True, timeout=120)
+    import select
+    seen = ""
+    while select.select([master], [], [], 0.5)[0]:   # read while the slave end is open (Linux drops it after)
+        seen += os.read(master, 65536).decode(errors="replace")
+    os.close(slave)
+    os.close(master)
+    assert p.returncode == 0 and "example" in seen and "selftest passed" in p.stdout
