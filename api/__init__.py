@@ -15,9 +15,9 @@ command line is a thin layer over these functions (docs/api.md).
 from tcert.api.errors import BadInputError, InconclusiveError, RejectedError, TcertError
 from tcert.api.models import import_model, load_model, random_model, save_model, train_maxofk
 from tcert.api.results import Certificate, Verdict
-from tcert.api.kinds import accuracy, influence, overwhelm, predict
+from tcert.api.kinds import accuracy, influence, overwhelm, predict, text_tokens
 from tcert.api.checking import check
 
 __all__ = ["BadInputError", "Certificate", "InconclusiveError", "RejectedError", "TcertError", "Verdict",
            "accuracy", "check", "import_model", "influence", "load_model", "overwhelm", "predict", "random_model",
-           "save_model", "train_maxofk"]
+           "save_model", "text_tokens", "train_maxofk"]

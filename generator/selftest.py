@@ -357,9 +357,10 @@ def table(rows: dict) -> str:
 def cmd_selftest(args) -> Outcome:
     """`tcert selftest`: exit 0 only when no false VERIFIED and no backend disagreement was found."""
     from tcert.checker.errors import BadInput
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    given = " ".join(args.kinds) if isinstance(args.kinds, list) else args.kinds
+    kinds = list(dict.fromkeys(k for k in given.replace(",", " ").split()))
     if not kinds or any(k not in KINDS for k in kinds):
-        raise BadInput(f"--kinds: a comma-separated subset of {','.join(KINDS)} (got {args.kinds!r})")
+        raise BadInput(f"--kinds: a subset of {' '.join(KINDS)} (got {given!r})")
     if not 1 <= args.examples <= 10_000:
         raise BadInput("--examples must be between 1 and 10000")
     start = time.perf_counter()
@@ -380,6 +381,7 @@ def add_commands(sub):
     p = sub.add_parser("selftest", help="a soundness campaign on the installed checker (run it before trusting "
                                         "a verdict)")
     p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, help="random examples per kind")
-    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to test")
+    p.add_argument("--kinds", nargs="+", default=list(KINDS), metavar="KIND",
+                   help="kinds to test (space- or comma-separated)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed (same seed, same examples)")
     p.set_defaults(func=cmd_selftest, own_progress=True)
