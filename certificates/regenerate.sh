@@ -13,6 +13,7 @@ tcert overwhelm --model certificates/overwhelm/neox1l_tiny.safetensors --prefix-
 tcert overwhelm --model certificates/overwhelm/neox_real_tiny.safetensors --prefix-ids $P12 --query-id 6 --free perm:1,3,3,5 --method tight --out certificates/overwhelm/neox_real_perm.json
 tcert overwhelm --model certificates/overwhelm/neox_real_tiny.safetensors --prefix-ids $P12 --query-id 7 --free any:2 --method tight --out certificates/overwhelm/neox_real_any2.json
 tcert accuracy --model $M --strategy cubic --out certificates/accuracy/maxof4_seed123_cubic.json
+tcert accuracy --model $M --strategy refine --out certificates/accuracy/maxof4_seed123_refine.json
 for s in svd svd2 svd-rec exact-eqke svd-rec+eu; do
   tcert accuracy --model $M --strategy subcubic:$s --out certificates/accuracy/maxof4_seed123_subcubic_$s.json
 done

@@ -38,8 +38,8 @@ EXIT_CODES = """exit codes:
   2  ERROR           unusable input: unreadable or malformed file, out of limits, unknown kind or version,
                      a usage error, python-flint missing for --backend flint, --timeout reached
   3  INTERNAL ERROR  a checker bug; never VERIFIED
-tcert-check never exits 4; tcert, the generator, exits 4 when a run is inconclusive and writes no
-certificate (its 0 is a certificate written, 2 bad input or usage)."""
+tcert-check never exits 4 or 5; tcert, the generator, exits 4 when a run is inconclusive and writes no
+certificate, 5 at its --timeout (0, 2 and 3 mean there what they mean here; tcert --help lists them)."""
 
 
 class UsageError(Exception):

@@ -152,10 +152,20 @@ def _overwhelm(claim: dict, d_vocab: int, voc: Vocabulary) -> str:
 def _accuracy(claim: dict) -> str:
     n, total, count = claim["n_ctx"], claim["inputs"], claim["correct_at_least"]
     last = n - 1
-    return (f"The Max-of-{n} model (vocabulary {claim['d_vocab']}) answers at least {count} of its {total} inputs "
-            f"correctly (at least {decimal(Fraction(100 * count, total), -1)}%): an input t_0..t_{last} is "
-            f"answered correctly when, at the last position, the logit of max(t_0..t_{last}) is strictly "
-            "larger than every other logit.")
+    correct = (f"an input t_0..t_{last} is answered correctly when, at the last position, the logit of "
+               f"max(t_0..t_{last}) is strictly larger than every other logit.")
+    if "distribution" not in claim:
+        return (f"The Max-of-{n} model (vocabulary {claim['d_vocab']}) answers at least {count} of its {total} "
+                f"inputs correctly (at least {decimal(Fraction(100 * count, total), -1)}%): {correct}")
+    dist, weight, mass = claim["distribution"], _number(claim["total_weight"]), _number(count)
+    m0 = dist.get("max_at_least", 0)
+    terms = (" * ".join(f"w_{i}(t_{i})" for i in range(n)) if "position_weights" in dist else "1") + \
+        (f" if max(t) >= {m0}, else 0" if m0 else "")
+    share = f" (at least {decimal(100 * mass / weight, -1)}%)" if weight else ""
+    listed = ", with the position weights w_i the claim lists" if "position_weights" in dist else ""
+    return (f"Under the claim's input distribution (the weight of input t is {terms}{listed}), the inputs the "
+            f"Max-of-{n} model (vocabulary {claim['d_vocab']}) answers correctly weigh at least "
+            f"{decimal(mass, -1)} of the total weight {weight} (exactly){share}: {correct}")
 
 
 def _influence(claim: dict, n_layers: int, voc: Vocabulary) -> str:

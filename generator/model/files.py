@@ -84,7 +84,13 @@ def model_bytes(tensors: dict, config: dict, dtype="float32", provenance: dict |
     arrays = {k: np.ascontiguousarray(np.asarray(v, dtype=dtype)) for k, v in tensors.items()}
     if np.dtype(dtype) == np.float16:
         _require_exact(tensors, arrays, "float16")
-    return save(arrays, metadata=meta)
+    if provenance is None:
+        return save(arrays, metadata=meta)
+    # safetensors keeps __metadata__ in a hash map, whose key order varies from process to process once it
+    # holds two keys: with provenance the file is written by hand, in a fixed order (config, provenance).
+    tag = {"float16": "F16", "float32": "F32", "float64": "F64"}[str(np.dtype(dtype))]
+    return _hand_written({k: (tag, a.shape, a.astype(a.dtype.newbyteorder("<")).tobytes()) for k, a in arrays.items()},
+                         meta)
 
 
 def _require_exact(tensors: dict, arrays: dict, dtype: str) -> None:
@@ -96,15 +102,24 @@ def _require_exact(tensors: dict, arrays: dict, dtype: str) -> None:
 def _bf16_bytes(tensors: dict, meta: dict) -> bytes:
     """A safetensors file of BF16 tensors, written by hand (numpy has no bfloat16): header JSON padded with
     spaces to a multiple of 8, then each tensor's upper 16 float32 bits, in name order."""
-    header, chunks, offset = {"__metadata__": meta}, [], 0
+    out = {}
     for name in sorted(tensors):
         f32 = np.ascontiguousarray(np.asarray(tensors[name], np.float32))
         _require_exact({name: tensors[name]}, {name: f32}, "float32")
         bits = f32.view(np.uint32)
         if (bits & 0xFFFF).any():
             raise ValueError(f"{name}: a value is not exactly representable in bfloat16")
-        chunk = (bits >> 16).astype("<u2").tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(f32.shape), "data_offsets": [offset, offset + len(chunk)]}
+        out[name] = ("BF16", f32.shape, (bits >> 16).astype("<u2").tobytes())
+    return _hand_written(out, meta)
+
+
+def _hand_written(tensors: dict, meta: dict) -> bytes:
+    """A safetensors file of `tensors` {name: (dtype tag, shape, little-endian bytes)} in name order, with
+    `meta` as __metadata__ in its own key order: header JSON padded with spaces to a multiple of 8."""
+    header, chunks, offset = {"__metadata__": meta}, [], 0
+    for name in sorted(tensors):
+        tag, shape, chunk = tensors[name]
+        header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [offset, offset + len(chunk)]}
         chunks.append(chunk)
         offset += len(chunk)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -120,10 +135,10 @@ def save_model(path: str, tensors: dict, config: dict, dtype="float32", provenan
     return load_model(path).sha256  # re-read: a file we write must pass the checker's reader
 
 
-def in_memory_model(tensors: dict, config: dict, dtype="float32") -> Model:
+def in_memory_model(tensors: dict, config: dict, dtype="float32", provenance: dict | None = None) -> Model:
     """The Model the file `save_model` would write, read from its bytes without touching the disk: its sha256
     is that file's, so a certificate made from it binds to the file."""
-    return parse_model_bytes(model_bytes(tensors, config, dtype))
+    return parse_model_bytes(model_bytes(tensors, config, dtype, provenance))
 
 
 def write_model(model: Model, path: str) -> str:
@@ -132,9 +147,10 @@ def write_model(model: Model, path: str) -> str:
     that does not reproduce model.sha256, as bfloat16; a model no dtype reproduces is refused."""
     kinds = {str(a.dtype) for a in model.tensors.values()}
     tries = ["float64"] if "float64" in kinds else ["float16"] if kinds == {"float16"} else ["float32", "bfloat16"]
+    provenance = json.loads(model.metadata["provenance"]) if "provenance" in model.metadata else None
     for dtype in tries:
         try:
-            data = model_bytes(model.tensors, config_json(model.config), dtype)
+            data = model_bytes(model.tensors, config_json(model.config), dtype, provenance)
         except ValueError:   # not representable in this dtype: the file was not written in it
             continue
         sha = parse_model_bytes(data).sha256

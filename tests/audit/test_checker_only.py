@@ -22,7 +22,7 @@ from tcert.testing import CERTIFICATES, ROOT
 pytestmark = pytest.mark.slow     # about a minute: a venv, an offline install, a dozen checks
 
 LOCAL_INDEX = Path("/opt/pypi/simple")
-SOURCES = ("pyproject.toml", "README.md", "checker", "generator", "audit", "tests/support")
+SOURCES = ("pyproject.toml", "README.md", "checker", "generator", "audit", "api", "tests/support")
 
 
 def run(cmd, **kw):

@@ -88,7 +88,7 @@ def test_help_gives_defaults_and_exit_codes(capsys):
         assert "default" in block, option
     for code, word in ((0, "VERIFIED"), (1, "REJECTED"), (2, "ERROR"), (3, "INTERNAL ERROR")):
         assert f"  {code}  {word}" in text
-    assert "never exits 4" in text and "exits 4 when a run is inconclusive" in text
+    assert "never exits 4 or 5" in text and "exits 4 when a run is inconclusive" in text
 
 
 def test_timeout(capsys):

@@ -27,7 +27,8 @@ SCHEMA = json.loads((ROOT / "docs" / "certificate.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 SHIPPED = sorted(CERTIFICATES.rglob("*.json"))
 KINDS = ("prediction", "overwhelm", "accuracy", "influence")
-OPTIONAL = {"lp_duals", "final_ln", "duals", "eu_groups", "corollary"}   # the only optional claim/evidence keys
+OPTIONAL = {"lp_duals", "final_ln", "duals", "eu_groups", "corollary", "distribution", "position_weights",
+            "max_at_least"}   # the only optional claim/evidence keys
 SAMPLE = 40          # structural mutants per tiny case for the agreement test (benchmarks can run them all)
 
 # Why a schema-valid certificate can still be malformed to the parser (BadInput): pattern -> reason.
@@ -38,7 +39,10 @@ PARSER_ONLY = {
     r"must list \d+|must be a list of (d_model|d_head) = |must be a list of two lists|must list evidence for each "
     r"length|must list as many hint vectors|must be a list of \d+ to d_head|must be a list of [^=]+ = \d+ exact numbers":
         "a list length tied to the model (n_heads, d_model, d_head) or to another field (the free length)",
-    r"listed twice|is the claimed token": "uniqueness: a case or competitor at most once, never the claimed token",
+    r"listed twice|is the claimed token|is split twice|overlaps another mixed entry|meets the cubic set":
+        "uniqueness: a case or competitor at most once, never the claimed token; a refine case split one way, "
+        "its entries disjoint from each other and from the cubic cases",
+    r"no such position pattern": "a refine position pattern must fit the case (n_ctx, q < m)",
     r"must be positive": "a margin > 0 (a schema cannot compare exact rationals written as strings)",
     r"evidence\.constants: (missing|unused)": "the ledger's constant names follow from the model's layers and heads",
     r"mask: must be": "a cubic case's mask is a non-empty subset of the tokens below m",

@@ -13,7 +13,7 @@ import pytest
 from tcert.testing import ROOT
 
 PACKAGE_DIRS = {"tcert.checker": "checker", "tcert.generator": "generator", "tcert.testing": "tests/support",
-                "tcert.audit": "audit"}
+                "tcert.audit": "audit", "tcert.api": "api"}
 
 
 def setuptools_config() -> dict:
