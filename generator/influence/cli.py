@@ -18,6 +18,8 @@ def cmd_influence(args) -> int:
     model = load_model(args.model)
     cfg = model.config
     start = time.perf_counter()
+    if args.local:
+        return cmd_local(args, model)
     if args.tokens is None:
         if args.substitutions is not None:
             raise BadInput("--substitutions needs --tokens")
@@ -48,6 +50,25 @@ def cmd_influence(args) -> int:
     return 0
 
 
+def cmd_local(args, model) -> int:
+    """`tcert influence --local --tokens x`: the local certificate on x (docs/influence.md, 'Local certificates')."""
+    from tcert.generator.influence.local import local_certificate
+    if args.tokens is None:
+        raise BadInput("--local needs --tokens")
+    tokens = parse_tokens(args.tokens)
+    if not 2 <= len(tokens) <= model.config.n_ctx or min(tokens) < 0 or max(tokens) >= model.config.d_vocab:
+        raise BadInput(f"--tokens: need 2..{model.config.n_ctx} ids in [0, {model.config.d_vocab})")
+    cert, info = local_certificate(model, tokens, args.substitutions)
+    if cert is None:
+        print(json.dumps(dict(info, verdict="none")) if args.json else f"no local certificate: {info['reason']}")
+        return 3
+    certificate.write(args.out, cert)
+    print(json.dumps(dict(info, out=args.out)) if args.json else
+          f"influence local: one change moves y by <= {info['change']:.6g}, p by <= {info['change_prob']:.4g}; token "
+          f"{info['predicted']} survives any {info['R']} non-final substitution(s); wrote {args.out}")
+    return 0
+
+
 def certio_fraction(text):
     """The Fraction an exact certificate number denotes."""
     from tcert.checker.numbers import parse_number
@@ -65,6 +86,8 @@ def add_commands(sub):
     p.add_argument("--tokens", default=None, help="corollary: the input x (comma-separated ids)")
     p.add_argument("--substitutions", type=int, default=None,
                    help="corollary: R, the number of changed non-final tokens (default: the largest certifiable)")
+    p.add_argument("--local", action="store_true",
+                   help="with --tokens: certify x with its own attention pattern (1-layer models)")
     p.add_argument("--out", required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_influence)

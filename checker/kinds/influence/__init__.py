@@ -32,11 +32,13 @@ Reading order (one obligation per constant, docs/influence.md):
   corollary.py  "influence corollary: ..." on one input (reuses the prediction kind's check_claim)
 """
 
+from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
 from tcert.checker.kinds.influence.blocks import block, embedding, unembedding
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.influence.corollary import check_corollary
+from tcert.checker.kinds.influence.local import check_local
 from tcert.checker.kinds.influence.ledger import Claim, Ledger, parse_claim, parse_evidence, require_claim_covers
 from tcert.checker.kinds.influence.rates import rate, rate_text
 
@@ -67,6 +69,11 @@ def check(model, claim, evidence, B, ob):
     cfg = model.config
     if cfg.llama_pieces():
         raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
+    if isinstance(claim, dict) and "local" in claim:   # one input's own attention pattern (local.py)
+        fields(claim, "claim", {"local"})
+        fields(evidence, "evidence", set())
+        ob.summary = check_local(model, B, ob, claim["local"])
+        return
     stated, hints = parse_claim(cfg, claim), parse_evidence(cfg, evidence)
     ledger = Ledger(hints.constants, ob)
     needs = certified_needs(model, B, ledger, stated.n_max, hints.power)
