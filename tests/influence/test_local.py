@@ -134,3 +134,18 @@ def test_local_cli(tmp_path, capsys):
     verify(out, path)
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--substitutions", "4",
                  "--out", out]) == 3
+
+
+@pytest.mark.parametrize("kw", [dict(rotary=True, parallel=True, d_head=4), dict(n_layers=2, attention="bidirectional")])
+def test_structured_search_stays_below_the_global_bound(tmp_path, kw):
+    """The structured search (tightness tables) finds a real change, never above the certified bound."""
+    from tcert.generator.influence import influence_certificate
+    from tcert.generator.influence.search import structured_influence
+    from tcert.checker.kinds.influence import rate
+    path, model = tiny(tmp_path, **kw)
+    cert = influence_certificate(model)
+    verify(cert, path)
+    c = {k: parse_number(cert["claim"][k], k) for k in ("C", "C_abs")}
+    for n in (2, 6):
+        dy, _ = structured_influence(model, n, starts=2, rounds=1, pool=3, seed=n)
+        assert 0 < dy <= min(c["C"] * rate(cert["claim"]["rate"], n, model.config.n_layers), c["C_abs"])
