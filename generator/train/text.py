@@ -261,7 +261,7 @@ def cmd_train_text(args):
         eval_windows=args.eval_windows, sources=args.corpus, curve=args.curve, rope=not args.no_rope,
         n_layers=args.n_layers)
     print(f"trained {args.n_layers}-layer neox1l{' without positions' if args.no_rope else ''} (d_model {cfg['d_model']}, {cfg['n_heads']} heads, d_mlp {cfg['d_mlp']}, "
-          f"d_vocab {cfg['d_vocab']}, tokenizer {cfg['tokenizer']}) for {args.steps} steps in "
+          f"d_vocab {cfg['d_vocab']}, tokenizer {cfg['tokenizer_name']}) for {args.steps} steps in "
           f"{time.perf_counter() - start:.1f} s; last train loss {history[-1][1]:.4f}, held-out loss "
           f"{held:.4f} nats/token; wrote {args.out}")
     return 0
