@@ -133,7 +133,7 @@ def test_local_cli(tmp_path, capsys):
     assert "survives any 2" in capsys.readouterr().out
     verify(out, path)
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--substitutions", "4",
-                 "--out", out]) == 3
+                 "--out", out]) == 4
 
 
 @pytest.mark.parametrize("kw", [dict(rotary=True, parallel=True, d_head=4), dict(n_layers=2, attention="bidirectional")])
