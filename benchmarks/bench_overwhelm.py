@@ -1,6 +1,11 @@
 """Benchmark: overwhelm certificates on a random paper-scale neox1l model.
 
-    python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness]
+    python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness] [--d-vocab N]
+
+--d-vocab 5000 runs the same shape with a medium vocabulary (the model file is named by it). On the
+shared 2-core machine run it with OPENBLAS_NUM_THREADS=1 (both sides inherit it; the value is printed):
+multithreaded OpenBLAS on a loaded machine makes small products ~10x slower. The last line of a case
+is the same-run ratio checker/generator (target <= 5 for perm:35 lp).
 
 Model: tcert.generator.model.random_models.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
 d_mlp 2048, n_ctx 2048, seed 0). Cases (issue 3):
@@ -80,6 +85,8 @@ def run_case(name, model, model_path, workdir, looseness):
     print(f"   {100 * (total - work) / total:5.1f}%  {total - work:8.2f} s  "
           f"loading, parsing, Weights conversion outside obligations")
     print(f"generator/checker time ratio: {t_gen / total:.3f} wall")
+    print(f"checker/generator time ratio: {total / t_gen:.2f} wall, {res['cpu_seconds'] / c_gen:.2f} CPU "
+          f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})")
     print(f"machine load while the case ran (1-min load average on 2 cores): {os.getloadavg()[0]:.1f}")
     if looseness and report["value_bound"] == "norm":
         T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
@@ -96,13 +103,15 @@ def main():
     ap.add_argument("--case", choices=["perm", "any", "both"], default="both")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-looseness", action="store_true")
+    ap.add_argument("--d-vocab", type=int, default=None, help="vocabulary size (default: paper scale 30522)")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-")
     os.makedirs(workdir, exist_ok=True)
-    model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
+    tag = f"_v{args.d_vocab}" if args.d_vocab else ""
+    model_path = os.path.join(workdir, f"neox1l_paper_scale{tag}.safetensors")
     t0 = time.perf_counter()
-    model = paper_model(model_path)
-    print(f"model {model_path}: {SHAPE} (build/load {time.perf_counter() - t0:.1f} s)")
+    model = paper_model(model_path, d_vocab=args.d_vocab)
+    print(f"model {model_path}: {dict(SHAPE, d_vocab=model.config.d_vocab)} (build/load {time.perf_counter() - t0:.1f} s)")
     for case in (["perm", "any"] if args.case == "both" else [args.case]):
         run_case(case, model, model_path, workdir, not args.no_looseness)
 

@@ -28,14 +28,15 @@ def usage() -> tuple:
     return u.ru_utime + u.ru_stime, u.ru_maxrss / 2 ** 20
 
 
-def paper_model(path: str, real_block: bool = False):
-    """The random paper-scale neox1l model (seed 0; `real_block`: the Pythia-style variant), written to
-    `path` unless it is there, and loaded."""
+def paper_model(path: str, real_block: bool = False, d_vocab: int | None = None):
+    """The random paper-scale neox1l model (seed 0; `real_block`: the Pythia-style variant; `d_vocab`: a
+    smaller vocabulary, e.g. 5000 for a medium-scale run), written to `path` unless it is there, and loaded."""
     from tcert.checker.modelfile import load_model
     from tcert.generator.model.files import save_model
     from tcert.generator.model.random_models import random_model
     if not os.path.exists(path):
-        t, c = random_model("neox1l", seed=0, **SHAPE, **(REAL_BLOCK if real_block else {}))
+        shape = dict(SHAPE, **({"d_vocab": d_vocab} if d_vocab else {}))
+        t, c = random_model("neox1l", seed=0, **shape, **(REAL_BLOCK if real_block else {}))
         save_model(path, t, c)
     return load_model(path)
 
