@@ -3,7 +3,7 @@
 The paper-scale random models, the prefix token a query attends to most, resource figures, and one
 timed check through `tcert.checker.verify.verify`, run in a fresh process so that its peak RSS is its own:
 
-    python -m tcert.testing.bench check CERT MODEL     # prints one JSON line (timed_check's figures)
+    python -m tcert.testing.bench check CERT MODEL [BACKEND]   # one JSON line (timed_check's figures)
 """
 
 import json
@@ -78,9 +78,9 @@ def fresh(argv: list) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def fresh_check(cert_path: str, model_path: str) -> dict:
-    """timed_check (Arb) in a fresh process."""
-    return fresh(["-m", "tcert.testing.bench", "check", cert_path, model_path])
+def fresh_check(cert_path: str, model_path: str, backend: str = "flint") -> dict:
+    """timed_check (Arb; `backend` e.g. "flint+exact") in a fresh process."""
+    return fresh(["-m", "tcert.testing.bench", "check", cert_path, model_path, backend])
 
 
 def tight_case(workdir: str, n_fix: int, real_block: bool = False) -> None:
@@ -117,6 +117,6 @@ def machine_load() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "check":
-        sys.exit("usage: python -m tcert.testing.bench check CERT MODEL")
-    print(json.dumps(timed_check(sys.argv[2], sys.argv[3])))
+    if len(sys.argv) not in (4, 5) or sys.argv[1] != "check":
+        sys.exit("usage: python -m tcert.testing.bench check CERT MODEL [BACKEND]")
+    print(json.dumps(timed_check(*sys.argv[2:])))
