@@ -1,8 +1,9 @@
 """What tcert-check does around a check without deciding anything: the progress line on stderr, the
 --timeout clock, the versions a verdict depends on, and the certified figures as exact JSON.
 
-The clock interrupts the main thread (KeyboardInterrupt, which no rule catches) and marks itself expired;
-tcert.checker.cli turns that into ERROR (exit 2), never into a verdict.
+The clock interrupts the main thread (KeyboardInterrupt, which no rule catches), repeatedly, and marks itself
+expired; tcert.checker.cli turns that into ERROR (exit 2), and a check that ends after expiry is ERROR too,
+never a verdict.
 """
 
 import platform
@@ -52,14 +53,28 @@ def exact_json(value):
 
 class Deadline:
     """--timeout: after `seconds`, interrupt the main thread (KeyboardInterrupt, which no rule catches) and
-    mark the deadline expired, so that the interrupt reads as a timeout and never as a verdict."""
+    mark the deadline expired, so that the interrupt reads as a timeout and never as a verdict.
+
+    Libraries may swallow a KeyboardInterrupt (mpmath's `convert` and interval comparisons wrap conversions in
+    a bare `except:`), so the clock repeats the interrupt every RESEND seconds until the check stops, and a
+    block that ends after the deadline expired ends as the timeout whatever it computed: no verdict is
+    reported once the clock has run out (a swallowed interrupt may have changed what a library returned)."""
+
+    RESEND = 0.05
 
     def __init__(self, seconds):
         self.seconds, self.expired, self.timer, self.start = seconds, False, None, time.perf_counter()
+        self.lock, self.stopped = threading.Lock(), threading.Event()
 
     def _fire(self):
         self.expired = True
-        _thread.interrupt_main()
+        while True:
+            with self.lock:     # cancel() holds the lock: no interrupt is sent once it returned
+                if self.stopped.is_set():
+                    return
+                _thread.interrupt_main()
+            if self.stopped.wait(self.RESEND):
+                return
 
     def __enter__(self):
         if self.seconds is not None:
@@ -69,13 +84,18 @@ class Deadline:
         return self
 
     def cancel(self):
-        """Stop the timer; an interrupt it already sent is absorbed by __exit__."""
+        """Stop the timer and its repeated interrupts; one already sent is absorbed by __exit__."""
+        with self.lock:
+            self.stopped.set()
         if self.timer is not None:
             self.timer.cancel()
 
     def __exit__(self, exc_type, *exc):
-        self.cancel()
-        if exc_type is KeyboardInterrupt and self.expired:
+        try:
+            self.cancel()
+        except KeyboardInterrupt:   # the clock's last interrupt, delivered while stopping it
+            pass
+        if self.expired and (exc_type is None or issubclass(exc_type, (KeyboardInterrupt, BadInput))):
             raise BadInput(f"the check did not finish within --timeout {show(Fraction(self.seconds))} s") from None
         return False
 

@@ -168,7 +168,24 @@ def _accuracy(claim: dict) -> str:
             f"{decimal(mass, -1)} of the total weight {weight} (exactly){share}: {correct}")
 
 
+def _influence_local(local: dict, voc: Vocabulary) -> str:
+    """The local claim form (checker/kinds/influence/local.py): one input, its own attention pattern."""
+    p, R = local["prediction"], local["substitutions"]
+    text = (f"On the input {_tokens(p['tokens'], voc)}, {len(p['tokens'])} token(s), the model's greedy next token "
+            f"is {_token(p['predicted'], voc)}, ahead of every other token by at least "
+            f"{decimal(_number(p['margin']), -1)}. Changing the token at any one position other than the last "
+            f"moves the model's final residual stream at the last position by at most "
+            f"{decimal(_number(local['change']), +1)} in L2 norm, and its next-token distribution by at most "
+            f"{decimal(_number(local['change_prob']), +1)} in L1 norm.")
+    if R:
+        text += (f" Changing the tokens at any {R} or fewer positions other than the last leaves "
+                 f"{_token(p['predicted'], voc)} the greedy next token.")
+    return text
+
+
 def _influence(claim: dict, n_layers: int, voc: Vocabulary) -> str:
+    if "local" in claim:
+        return _influence_local(claim["local"], voc)
     up = {k: decimal(_number(claim[k]), +1) for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
     power = "" if n_layers == 2 else f"^{n_layers - 1}"
     rate = "1/n" if claim["rate"] == "inverse" else f"H_n{power}/n with H_n = 1 + 1/2 + ... + 1/n"

@@ -100,6 +100,36 @@ def test_timeout(capsys):
     assert r["kind"] == "influence" and r["model_sha256"]
 
 
+def test_a_swallowed_timeout_interrupt_is_still_the_timeout():
+    """A library that swallows the clock's KeyboardInterrupt (mpmath wraps conversions in a bare `except:`)
+    neither outlives the deadline by long (the interrupt is repeated) nor gets a verdict reported: a block
+    that ends after expiry ends as the timeout."""
+    from tcert.audit.terminal import Deadline
+    from tcert.checker.errors import BadInput
+    start = time.perf_counter()
+    with pytest.raises(BadInput, match="did not finish within --timeout"):
+        with Deadline(0.05):
+            for _ in range(20):     # swallows every interrupt for 0.2 s, then returns normally
+                try:
+                    time.sleep(0.01)
+                except BaseException:
+                    pass
+    with pytest.raises(BadInput, match="did not finish within --timeout"):
+        with Deadline(0.05):
+            for _ in range(25):     # swallows the first interrupt only: the repeated one ends it
+                try:
+                    time.sleep(0.2)
+                except BaseException:
+                    break
+            busy = time.perf_counter() + 5
+            while time.perf_counter() < busy:   # Python bytecode: where a (simulated) SIGINT is delivered
+                pass
+    assert time.perf_counter() - start < 3
+    with Deadline(5) as d:          # a block that ends in time is untouched
+        pass
+    assert not d.expired
+
+
 def test_progress_on_a_terminal_only(tmp_path):
     """On a terminal stderr shows the running obligation once a check passes PROGRESS_AFTER seconds; --quiet
     and a non-terminal stderr (every other test) show nothing."""

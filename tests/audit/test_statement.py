@@ -103,6 +103,33 @@ def test_numbers_in_words_keep_the_sentence_true():
     assert Fraction(c_said) >= parse_number(infl["claim"]["C"], "C")
 
 
+def test_influence_local_statement_is_checked_like_every_other(tmp_path):
+    """The local claim form (one input of a 1-layer model) has its sentence: numbers rounded the safe way,
+    the R-substitution clause only when R > 0, and a claim edited under it (R lowered: weaker, still
+    true) REJECTED at the statement."""
+    from tcert.generator.influence import toy_model
+    from tcert.generator.influence.local import local_certificate
+    from tcert.generator.model.files import save_model
+    t, cfg = toy_model(n_layers=1, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8, scale=0.3,
+                       eps="1/10", rotary=True, parallel=True, seed=4)
+    path = str(tmp_path / "m.safetensors")
+    save_model(path, t, cfg)
+    m = load_model(path)
+    cert, info = local_certificate(m, [2, 2, 2, 2, 2])
+    assert info["R"] == 2 and verify(cert, m, "flint").statement == cert["statement"]
+    local = cert["claim"]["local"]
+    said = re.search(r"at most ([0-9.e+-]+) in L2 norm, and its next-token distribution by at most ([0-9.e+-]+) "
+                     r"in L1", cert["statement"])
+    assert Fraction(said.group(1)) >= parse_number(local["change"], "c")
+    assert Fraction(said.group(2)) >= parse_number(local["change_prob"], "c")
+    assert "any 2 or fewer positions" in cert["statement"]
+    none, _ = local_certificate(m, [2, 2, 2, 2, 2], 0)
+    assert "or fewer positions" not in none["statement"] and verify(none, m, "flint")
+    stale = json.loads(json.dumps(cert))
+    stale["claim"]["local"]["substitutions"] = 1
+    assert rejection(stale, m).obligation == "statement: the claim in words"
+
+
 @pytest.fixture()
 def text_model(tmp_path):
     """The shipped small text model and its vocabulary, copied to a scratch folder."""

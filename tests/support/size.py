@@ -31,12 +31,19 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # and influence 3. The accuracy refining strategy added 390 (refine.py 211: cubic cases, mixed entries and
 # pattern groups; rows.py 91: the int64 per-query rows it shares with the pruned brute-force checker;
 # distribution.py 69: weighted input distributions for every strategy; the claim and dispatch in
-# __init__.py 20; brute.py shrank by 5 on the shared rows). The auditor's kit added kernel 306:
-# checker/statement.py (168: the claim in words, a new obligation every kind passes), tcert-check's contract
-# in checker/cli.py (+124: usage errors as JSON, --timeout, --report, the precision retry after a REJECTED,
-# help with defaults and exit codes; its progress line, clock, versions and JSON figures live beside the
-# trusted base in tcert.audit), and the optional envelope fields (+14).
-BUDGETS = {"kernel": 1457, "exact": 529, "prediction": 37, "overwhelm": 652, "accuracy": 933, "influence": 334}
+# __init__.py 20; brute.py shrank by 5 on the shared rows). The exact layer under the Backend interface
+# (IMat ends, routed products, column bounds from ends, the backends' way in and out) added kernel 33
+# (interval.py, flint_backend.py, mpmath_backend.py) and exact 69 (checker/exact_backend.py, the zero-line
+# cut and a faster interval_from_arb). The tighter influence constants (LayerNorm variance lower bounds
+# over the reachable residuals, per-head score widths and per-row causal caps, per-head value balls, gains
+# folded into the readers' matrices) added influence 82 (sublayers.py, reach tracking in blocks.py, row
+# caps in rates.py), and the local claim form (one input's own attention pattern, local.py) influence 90.
+# The auditor's kit added kernel 320 (budget 1504 = main's 1184 + 320): checker/statement.py (182: the
+# claim in words, a new obligation every kind passes; 14 of them the influence local form's sentence),
+# tcert-check's contract in checker/cli.py (+124: usage errors as JSON, --timeout, --report, the precision
+# retry after a REJECTED, help with defaults and exit codes; its progress line, clock, versions and JSON
+# figures live beside the trusted base in tcert.audit), and the optional envelope fields (+14).
+BUDGETS = {"kernel": 1504, "exact": 598, "prediction": 37, "overwhelm": 652, "accuracy": 933, "influence": 506}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
