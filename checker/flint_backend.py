@@ -14,7 +14,7 @@ from fractions import Fraction
 import flint
 
 from tcert.checker.errors import Rejected
-from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat
+from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
 # so it starts at the checker's default (as if a default backend were in force).
@@ -48,10 +48,8 @@ class FlintBackend(Backend):
     def _endpoint(self, x, which):
         if not x.is_finite():
             raise Rejected("finite enclosure", f"a ball is not finite: {x}")
-        end = x.lower() if which == 0 else x.upper()
-        man, exp = end.man_exp()
-        man, exp = int(man), int(exp)
-        return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
+        man, exp = (x.lower() if which == 0 else x.upper()).man_exp()
+        return bounded_end(int(man), int(exp), which, self.prec)
 
     def exp(self, x):
         return x.exp()

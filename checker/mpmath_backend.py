@@ -14,7 +14,7 @@ from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
 from tcert.checker.errors import Rejected
-from tcert.checker.interval import DEFAULT_PREC, Backend, IMat
+from tcert.checker.interval import DEFAULT_PREC, Backend, IMat, bounded_end
 
 SPECIAL = (libmp.fnan, libmp.finf, libmp.fninf)
 
@@ -31,8 +31,21 @@ class MpmathBackend(Backend):
 
     # --- scalars ---------------------------------------------------------------------------------
     def _exact(self, x):
-        return self.iv.mpf(x) if not isinstance(x, int) or abs(x).bit_length() <= self.prec else \
-            self.iv.mpf(str(x))
+        if isinstance(x, int):   # rounded outward at prec bits by integer operations (no decimal text)
+            return self._ratio(x, 1)
+        return self.iv.mpf(x)
+
+    def num(self, x):
+        if isinstance(x, Fraction):
+            return self._ratio(x.numerator, x.denominator)
+        return super().num(x)
+
+    def _ratio(self, p: int, q: int):
+        """The enclosure of p/q (q > 0): one division of exact integers rounded down and one up (a point
+        when p/q is a dyadic of at most prec bits)."""
+        a, b = libmp.from_int(p), libmp.from_int(q)
+        return self.iv.make_mpf((libmp.mpf_div(a, b, self.prec, libmp.round_floor),
+                                 libmp.mpf_div(a, b, self.prec, libmp.round_ceiling)))
 
     def interval(self, lo: Fraction, hi: Fraction):
         return self.iv.mpf([self.num(lo).a, self.num(hi).b])
@@ -42,8 +55,7 @@ class MpmathBackend(Backend):
         if raw in SPECIAL:
             raise Rejected("finite enclosure", f"an interval endpoint is {libmp.to_str(raw, 5)}")
         sign, man, exp, _ = raw
-        value = Fraction(man) * (Fraction(2) ** exp)
-        return -value if sign else value
+        return bounded_end(-man if sign else man, exp, which, self.prec)
 
     def exp(self, x):
         return self.iv.exp(x)
@@ -95,11 +107,14 @@ class MpmathBackend(Backend):
         t^2 > 0.7 (prec + 20): 0 < erfc(t) <= exp(-t^2) / (t sqrt(pi)) (integrate e^(-s^2) <= (s/t) e^(-s^2)
         over s >= t). Otherwise the Taylor series (`_erf_series`).
         """
-        iv, t_exact = self.iv, abs(self._endpoint(p, 0))
-        if t_exact == 0:
+        iv = self.iv
+        if p == 0:
             return iv.mpf(0)
-        sign, t2_exact, old = (-1 if self._endpoint(p, 0) < 0 else 1), t_exact * t_exact, iv.prec
-        tail_form = t2_exact > Fraction(7, 10) * (self.prec + 20)
+        sign, old = (-1 if p < 0 else 1), iv.prec
+        # t > 64 takes the tail form (valid for every t > 0), else t2_exact >= t^2 (= t^2 unless t < 2^-MAX_EXP)
+        big = abs(p) > 64
+        t2_exact = None if big else self._endpoint(iv.mpf(abs(p)), 1) ** 2
+        tail_form = big or t2_exact > Fraction(7, 10) * (self.prec + 20)
         # Taylor: the largest term is ~ e^(t^2), so its cancellation costs ~1.44 t^2 bits
         wp = self.prec + 16 + (0 if tail_form else 3 * int(t2_exact) // 2)
         try:
