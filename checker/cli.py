@@ -8,12 +8,14 @@ error of the checker (a bug: reported, never VERIFIED). Output is one line, or o
 
 import argparse
 import json
+import math
 import sys
 import time
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import BACKENDS, DEFAULT_PREC
 from tcert.checker.numbers import show
+from tcert.checker.resources import DEFAULT_MEMORY, DEFAULT_WORK, Limits
 from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -40,7 +42,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=sorted(BACKENDS), default="flint")
     p.add_argument("--prec", type=int, default=DEFAULT_PREC, help="interval precision in bits")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
+    p.add_argument("--max-work", type=float, default=DEFAULT_WORK, metavar="OPERATIONS",
+                   help="refuse a check estimated to need more interval operations (default %(default).0e)")
+    p.add_argument("--max-memory", type=float, default=DEFAULT_MEMORY / (1 << 30), metavar="GIB",
+                   help="refuse a check estimated to need more memory, in GiB (default %(default)g)")
     return p
+
+
+def resource_limits(args) -> Limits:
+    """The --max-work / --max-memory limits (BadInput unless positive and finite)."""
+    if not (0 < args.max_work < math.inf and 0 < args.max_memory < math.inf):
+        raise BadInput(f"--max-work {show(args.max_work)} and --max-memory {show(args.max_memory)} must be "
+                       "positive and finite")
+    return Limits(args.max_work, args.max_memory * (1 << 30))
 
 
 def outcome(args) -> tuple:
@@ -49,7 +63,7 @@ def outcome(args) -> tuple:
     try:
         if not MIN_PREC <= args.prec <= MAX_PREC:
             raise BadInput(f"--prec {show(args.prec)} is not between {MIN_PREC} and {MAX_PREC} bits")
-        ob = verify(args.certificate, args.model, args.backend, args.prec)
+        ob = verify(args.certificate, args.model, args.backend, args.prec, limits=resource_limits(args))
         return EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}", {
             "verdict": "VERIFIED", "kind": ob.kind, "summary": ob.summary,
             "obligations": [{"name": o.name, "seconds": round(o.seconds, 6)} for o in ob.done]}
