@@ -1,8 +1,8 @@
 """The model's forward pass in interval arithmetic: enclosures of the exact real-number logits.
 
-Semantics (docs/model-format.md): pre-LN blocks, LayerNorm with exact eps, multi-head attention with
-optional rotary embeddings and causal mask, ReLU/GELU MLP, optional parallel residual, shared LN and
-final LN. Every function takes a `Backend` and returns enclosures; no float arithmetic decides
+Semantics (docs/model-format.md): pre-LN blocks, LayerNorm or RMSNorm with exact eps, multi-head attention
+(optionally grouped-query) with optional rotary embeddings (optionally linearly scaled) and causal mask,
+ReLU/GELU/SiLU MLP (optionally gated), optional parallel residual, shared LN and final LN. Every function takes a `Backend` and returns enclosures; no float arithmetic decides
 anything. Rows that later layers do not need are not computed (only the last query row of the last
 block matters for next-token logits).
 """
@@ -12,6 +12,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.interval import Backend, IMat
+from tcert.checker.modelfile import kv_names
 
 GELU_NEW_CUBIC = Fraction(44715, 1000000)
 
@@ -60,12 +61,25 @@ def layer_norm_row(B: Backend, row: list, w: list | None, b: list | None, eps: F
     return [c * inv * wi + bi for c, wi, bi in zip(centered, w, b)]
 
 
+def rms_norm_row(B: Backend, row: list, w: list, eps: Fraction) -> list:
+    """RMSNorm of one vector: x / sqrt(mean(x^2) + eps) * w (no centring, no bias)."""
+    inv = 1 / B.sqrt(B.fsum(x * x for x in row) / len(row) + B.num(eps))
+    return [x * inv * wi for x, wi in zip(row, w)]
+
+
+def norm_row(B: Backend, W: Weights, row: list, prefix: str, eps: Fraction) -> list:
+    """The model's normalization (LayerNorm, or RMSNorm when normalization_type says so) of one vector."""
+    if W.model.config.has_rms:
+        return rms_norm_row(B, row, W.vec(prefix + ".w"), eps)
+    return layer_norm_row(B, row, W.vec(prefix + ".w"), W.vec(prefix + ".b"), eps)
+
+
 def layer_norm(B: Backend, X: IMat, W: Weights, prefix: str | None, eps: Fraction) -> IMat:
-    """Row-wise LayerNorm of X with weights `prefix`.w/.b; identity when prefix is None."""
+    """Row-wise normalization of X with weights `prefix`.w(/.b) (LayerNorm, or RMSNorm when the model says
+    so); identity when prefix is None."""
     if prefix is None:
         return X
-    w, b = W.vec(prefix + ".w"), W.vec(prefix + ".b")
-    return B.matrix([layer_norm_row(B, row, w, b, eps) for row in X.rows()])
+    return B.matrix([norm_row(B, W, row, prefix, eps) for row in X.rows()])
 
 
 def rotary_angles(B: Backend, cfg, positions) -> dict:
@@ -76,8 +90,8 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     log_base = B.log(B.num(cfg.rotary_base))
     thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
     out = {}
-    for p in positions:
-        angles = [B.num(p) * t for t in thetas]
+    for p in positions:   # linear RoPE scaling: position p turns like position p / rotary_scaling_factor
+        angles = [B.num(Fraction(p) / cfg.rotary_scaling_factor) * t for t in thetas]
         out[p] = ([B.cos(a) for a in angles], [B.sin(a) for a in angles])
     return out
 
@@ -111,6 +125,26 @@ def softmax(B: Backend, scores: list) -> list:
     return [x / total for x in e]
 
 
+def kv_head(cfg, h: int) -> int:
+    """The key/value head query head h reads: h itself, or h // (n_heads / n_key_value_heads) with grouped-query
+    attention (TransformerLens and Hugging Face repeat each key/value head for consecutive query heads)."""
+    return h if cfg.n_key_value_heads is None else h // (cfg.n_heads // cfg.n_key_value_heads)
+
+
+def keys_values(B: Backend, W: Weights, cfg, layer: int, X: IMat, angles) -> list:
+    """Per key/value head g: (its keys, rotated to their positions, and its values) for every row of X."""
+    p, kv, dh = f"blocks.{layer}.attn.", kv_names(cfg), cfg.d_head
+    K, V = (X @ W.heads_concat(p + kv["W_K"])).rows(), (X @ W.heads_concat(p + kv["W_V"])).rows()
+    pairs, out = rotary_pairs(cfg), []
+    for g in range(cfg.n_key_value_heads or cfg.n_heads):
+        sl, bk, bv = slice(g * dh, (g + 1) * dh), W.vec(p + kv["b_K"], g), W.vec(p + kv["b_V"], g)
+        keys = [[a + c for a, c in zip(row[sl], bk)] for row in K]
+        if pairs:
+            keys = [rotate(k, angles[r], pairs) for r, k in enumerate(keys)]
+        out.append((B.matrix(keys), B.matrix([[a + c for a, c in zip(row[sl], bv)] for row in V])))
+    return out
+
+
 def attention(B: Backend, W: Weights, cfg, layer: int, X: IMat, queries: list, angles) -> IMat:
     """Attention output (rows = `queries`) of block `layer` given its normalised input X (n, d_model)."""
     p = f"blocks.{layer}.attn."
@@ -118,27 +152,24 @@ def attention(B: Backend, W: Weights, cfg, layer: int, X: IMat, queries: list, a
     x_rows = X.rows()
     Xq = X if len(queries) == n else B.matrix([x_rows[q] for q in queries])
     Q = (Xq @ W.heads_concat(p + "W_Q")).rows()
-    K = (X @ W.heads_concat(p + "W_K")).rows()
-    V = (X @ W.heads_concat(p + "W_V")).rows()
+    kvs = keys_values(B, W, cfg, layer, X, angles)
     div = attn_divisor(B, cfg)
     pairs = rotary_pairs(cfg) if cfg.rotary else None
     zero = B.num(0)
     out = None
     for h in range(cfg.n_heads):
         sl = slice(h * dh, (h + 1) * dh)
-        bq, bk, bv = W.vec(p + "b_Q", h), W.vec(p + "b_K", h), W.vec(p + "b_V", h)
-        keys = [[a + c for a, c in zip(K[r][sl], bk)] for r in range(n)]
+        bq = W.vec(p + "b_Q", h)
+        keys, vals = kvs[kv_head(cfg, h)]
         qs = [[a + c for a, c in zip(Q[i][sl], bq)] for i in range(len(queries))]
         if pairs:
-            keys = [rotate(keys[r], angles[r], pairs) for r in range(n)]
             qs = [rotate(qs[i], angles[q], pairs) for i, q in enumerate(queries)]
-        scores = (B.matrix(qs) @ B.matrix(keys).T).rows()
+        scores = (B.matrix(qs) @ keys.T).rows()
         pattern = []
         for i, q in enumerate(queries):
-            visible = q + 1 if cfg.attention == "causal" else n
+            visible = q + 1 if cfg.attention_dir == "causal" else n
             row = softmax(B, [s / div for s in scores[i][:visible]])
             pattern.append(row + [zero] * (n - visible))
-        vals = B.matrix([[a + c for a, c in zip(V[r][sl], bv)] for r in range(n)])
         head_out = (B.matrix(pattern) @ vals) @ W.mat(p + "W_O", h)
         out = head_out if out is None else out + head_out
     return out + B.matrix([W.vec(p + "b_O")] * len(queries))
@@ -151,6 +182,8 @@ def activation(B: Backend, cfg):
     if cfg.act_fn == "gelu":
         root2 = B.sqrt(B.num(2))
         return lambda x: x * (1 + B.erf(x / root2)) / 2
+    if cfg.act_fn == "silu":   # x sigmoid(x)
+        return lambda x: x / (1 + B.exp(-x))
     c = B.sqrt(B.num(2) / B.pi())
     k = B.num(GELU_NEW_CUBIC)
     return lambda x: x * (1 + B.tanh(c * (x + k * x * x * x))) / 2
@@ -160,14 +193,26 @@ def mlp(B: Backend, W: Weights, cfg, layer: int, X: IMat) -> IMat:
     """MLP output of block `layer` on its normalised input X."""
     p = f"blocks.{layer}.mlp."
     n = X.shape[0]
+    if cfg.gated_mlp:
+        return gated_mlp(B, W, cfg, layer, X)
     pre = X @ W.mat(p + "W_in") + B.matrix([W.vec(p + "b_in")] * n)
     post = pre.map(activation(B, cfg))
     return post @ W.mat(p + "W_out") + B.matrix([W.vec(p + "b_out")] * n)
 
 
+def gated_mlp(B: Backend, W: Weights, cfg, layer: int, X: IMat) -> IMat:
+    """Gated MLP (TransformerLens GatedMLP, Llama's SwiGLU): (act(X W_gate) * (X W_in) + b_in) W_out + b_out, the
+    product elementwise; b_in is added after it, as TransformerLens does (no gate bias)."""
+    p, act = f"blocks.{layer}.mlp.", activation(B, cfg)
+    gate, lin = (X @ W.mat(p + "W_gate")).rows(), (X @ W.mat(p + "W_in")).rows()
+    b_in = W.vec(p + "b_in")
+    post = B.matrix([[act(g) * u + b for g, u, b in zip(gr, ur, b_in)] for gr, ur in zip(gate, lin)])
+    return post @ W.mat(p + "W_out") + B.matrix([W.vec(p + "b_out")] * X.shape[0])
+
+
 def ln_names(cfg, layer: int):
-    """The LN tensor prefixes feeding attention and MLP in block `layer` (None: no LN)."""
-    if not cfg.has_ln:
+    """The norm tensor prefixes feeding attention and MLP in block `layer` (None: no normalization)."""
+    if not cfg.has_norm:
         return None, None
     ln1 = f"blocks.{layer}.ln1"
     return ln1, (ln1 if cfg.shared_ln else f"blocks.{layer}.ln2")
@@ -216,6 +261,6 @@ def last_logits(B: Backend, model, tokens: list, W: Weights | None = None) -> li
     W = W or Weights(B, model)
     x = final_residual(B, model, tokens, W)
     if cfg.final_ln:
-        x = layer_norm_row(B, x, W.vec("ln_final.w"), W.vec("ln_final.b"), cfg.eps)
+        x = norm_row(B, W, x, "ln_final", cfg.eps)
     logits = B.matrix([x]) @ W.mat("unembed.W_U")
     return [a + b for a, b in zip(logits.rows()[0], W.vec("unembed.b_U"))]

@@ -17,7 +17,7 @@ SHIPPED_CERT = os.path.join(SHIPPED, "perm_lp.json")
 def _tokenizer_ids(model, text, what):
     """Token ids of `text` with the tokenizer the model file names (tcert.generator.train.text_data), or BadInput."""
     from tcert.generator.train.text_data import encode, model_tokenizer
-    ids = encode(model_tokenizer(model.path, model.config.tokenizer), text)
+    ids = encode(model_tokenizer(model.path, model.config.tokenizer_name), text)
     if not ids:
         raise BadInput(f"{what}: {text[:40]!r} encodes to no tokens")
     return ids

@@ -364,7 +364,7 @@ def test_cli_text_options(capsys, tmp_path):
     """--prefix-text/--query-text/--free perm-text: go through the tokenizer the model file names."""
     from tcert.generator.train.text_data import encode, model_tokenizer
     path = str(CERTIFICATES / "models" / "text_small.safetensors")
-    tok = model_tokenizer(path, load_model(path).config.tokenizer)
+    tok = model_tokenizer(path, load_model(path).config.tokenizer_name)
     prefix, free = "the president said on monday that the", "new york city"
     code = tcert(["overwhelm", "--model", path, "--prefix-text", prefix, "--query-text", "the",
                   "--free", "perm-text:" + free, "--out", str(tmp_path / "t.json"), "--json"])

@@ -37,6 +37,8 @@ def supported(cfg):
     if cfg.n_layers != 1 or not positions_ok or not (cfg.attn_only or cfg.parallel_attn_mlp):
         raise BadInput("overwhelm: needs a 1-layer rotary (or position-free) model whose MLP (if any) is parallel to attention "
                        "(neox1l, GPT-NeoX/Pythia use_parallel_residual); a sequential (GPT-2 style) MLP is not supported")
+    if cfg.llama_pieces():
+        raise BadInput(f"overwhelm: {', '.join(cfg.llama_pieces())} not supported (the prediction kind covers them)")
 
 
 def table_fits(cfg, n_allowed: int) -> bool:
