@@ -13,6 +13,7 @@ JSON floats are refused everywhere except inside `generator`: exact numbers are 
 """
 
 import json
+import os
 import re
 
 from tcert.checker.errors import BadInput
@@ -138,8 +139,12 @@ def _check_envelope(doc: dict) -> None:
 def load_certificate(path: str, max_memory: int = MAX_JSON_MEMORY) -> dict:
     """Read the certificate file at `path` and validate its envelope (parse memory at most `max_memory`)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CERT_BYTES + 1)
+        with open(path, "rb") as f:   # read the file's size at once (one buffer; no over-size buffer copied)
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CERT_BYTES:
+                raise BadInput(f"certificate: larger than {MAX_CERT_BYTES} bytes")
+            data = f.read(size + 1) if size else b""
+            data += f.read(MAX_CERT_BYTES + 1 - len(data))   # a pipe, or a file that grew
     except OSError as e:
         raise BadInput(f"certificate: cannot read {path}: {e.strerror}") from None
     return parse_certificate_bytes(data, max_memory)

@@ -95,7 +95,7 @@ def count(value, limit: int) -> int:
 def weights(cfg) -> Cost:
     """Converting the stored weight matrices to interval matrices, each once (W_U: d_model x d_vocab)."""
     d, dh, H, m, v = cfg.d_model, cfg.d_head, cfg.n_heads, cfg.d_mlp or 0, cfg.d_vocab
-    entries = cfg.n_layers * (4 * d * H * dh + 2 * d * m) + d * v
+    entries = cfg.n_layers * (4 * d * H * dh + (3 if cfg.gated_mlp else 2) * d * m) + d * v
     return Cost(0.3 * entries, MATRIX_BYTES * entries, "the weights")
 
 

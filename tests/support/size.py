@@ -29,7 +29,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # pieces (RMSNorm, SiLU, gated MLP, grouped-query attention, linear RoPE scaling, BF16, the TransformerLens
 # config names) added kernel 81 (modelfile.py 54, forward.py 27), and the one-line refusals overwhelm 2
 # and influence 3.
-BUDGETS = {"kernel": 1151, "exact": 529, "prediction": 37, "overwhelm": 652, "accuracy": 543, "influence": 334}
+BUDGETS = {"kernel": 1266, "exact": 529, "prediction": 41, "overwhelm": 707, "accuracy": 557, "influence": 350}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -4,7 +4,7 @@ products; table and cheap bound: a H x d x V), the method's own work (lp: n_free
 per listed competitor and head the separable product over n_free a x a blocks and the assignment costs)
 and the sample's forward pass; the weights once; upto: the naive tables once, then each length."""
 
-from tcert.checker.kinds.overwhelm.tables import CHUNK
+from tcert.checker.kinds.overwhelm.tables import CHUNK, table_fits
 from tcert.checker.resources import MATRIX, MATRIX_BYTES, SCALAR_BYTES, Cost, at, count, forward_pass, length, weights
 
 
@@ -18,11 +18,16 @@ def cost(cfg, claim, evidence):
                                        f"{a} allowed)")
     if at(free, "kind") != "upto":
         return total + one_length(cfg, n_fix, n_free, a, evidence)
+    lengths = at(evidence, "lengths")
+    lengths = lengths[1:n_free + 1] if isinstance(lengths, list) else []
     steps = forward_pass(cfg, n_fix + 1)
-    for L, e in enumerate((at(evidence, "lengths") or [])[1:n_free + 1], 1):
+    for L, e in enumerate(lengths, 1):
         steps = steps.then(one_length(cfg, n_fix, L, a, e) if at(e, "method") == "tight" else
                            forward_pass(cfg, n_fix + L + 1) + Cost(cfg.n_heads * (20 * (n_fix + L) + 10 * a), 0))
-    return total + tables(cfg, n_fix, n_free, a, "table") + steps   # the shared naive tables (any mode)
+    for mode in ("norm", "table"):   # the shared naive tables of each value mode in use
+        if any(at(e, "method") == "naive" and at(e, "value_bound") == mode for e in lengths):
+            total = total + tables(cfg, n_fix, n_free, a, mode)
+    return total + steps
 
 
 def one_length(cfg, n_fix: int, n_free: int, a: int, e) -> Cost:
@@ -43,6 +48,8 @@ def tables(cfg, n_fix: int, n_free: int, a: int, mode) -> Cost:
     """The fixed side and the allowed tokens' scores and values (naive/lp: CHUNK tokens at a time, plus the
     value bound of `mode`: table, the centred EVOU extremes; norm, the column norms; None: tight's own)."""
     d, dh, H, V, n = cfg.d_model, cfg.d_head, cfg.n_heads, cfg.d_vocab, n_fix + n_free + 1
+    if mode in ("table", None) and not table_fits(cfg, a):
+        return Cost(0, 0)   # the kind refuses a table above MAX_TABLE_ENTRIES before computing it
     products = a * d * H * (n_free + 2 * dh) + (a * H * d * V if mode == "table" else H * dh * d * V if mode else 0)
     scalars = H * n * (6 * dh + 10) + n * (cfg.rotary_dim or 0) * 5 + a * (8 * d + H * (3 * n_free + dh))
     scalars += a * H * V // 5 if mode == "table" else a * H * dh + V * H * dh if mode else 0
