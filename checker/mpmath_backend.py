@@ -17,6 +17,7 @@ from tcert.checker.errors import Rejected
 from tcert.checker.interval import DEFAULT_PREC, Backend, IMat, bounded_end
 
 SPECIAL = (libmp.fnan, libmp.finf, libmp.fninf)
+MAX_SHIFT = 1 << 16   # bits of an exact integer in the point products; wider spreads use mpmath's own product
 
 
 class MpmathBackend(Backend):
@@ -190,6 +191,8 @@ class MpmathBackend(Backend):
             return None
         a_exp = min((e[2] for e in a_ends if e[1]), default=0)
         w_exp = min((e[2] for e in w_pts if e[1]), default=0)
+        if _spread(a_ends, a_exp) > MAX_SHIFT or _spread(w_pts, w_exp) > MAX_SHIFT:   # e^(3e38) beside 1: mpmath's
+            return None                                                              # own product (no 2^1e38-bit int)
         a_lo = [[_scaled_int(p[0], a_exp) for p in row] for row in lo_hi]
         a_hi = [[_scaled_int(p[1], a_exp) for p in row] for row in lo_hi]
         w_cols = list(zip(*[[_scaled_int(x._mpi_[0], w_exp) for x in row] for row in w_rows]))
@@ -207,6 +210,11 @@ class MpmathBackend(Backend):
                                  libmp.from_man_exp(high, exp, prec, up))))
             out.append(row)
         return out
+
+
+def _spread(ends, base: int) -> int:
+    """The bits of the largest exact integer `_scaled_int(e, base)` gives over `ends`."""
+    return max((e[2] + e[3] - base for e in ends if e[1]), default=0)
 
 
 def _scaled_int(e, base: int) -> int:
