@@ -32,10 +32,11 @@ def brute_count(model, T=None):
     grids = np.meshgrid(*[toks] * len(inner), indexing="ij")
     gmax = np.maximum.reduce(list(grids))
     safe = 0
+    C = [EU[q][None, None, :] + EVOU[None, :, :] + PVOU[:, None, :] for q in range(v)]   # per q: (i, t, x)
     for q in range(v):
         s = EQKE[q][None, :] + EQKP[q][:, None]          # (n, v): position i, key token t
         w = np.exp(s - s.max())
-        H = w[:, :, None] * (EU[q][None, None, :] + EVOU[None, :, :] + PVOU[:, None, :])   # (i, t, x)
+        H = w[:, :, None] * C[q]                         # (i, t, x)
         A = np.abs(H).max(axis=2)                        # (i, t): scale of each term
         rest_ub = sum((max_excluding(H[pos])[g] for pos, g in zip(inner[1:], grids[1:])), 0.0)  # (grid, m)
         inner_scale = sum(A[pos][g] for pos, g in zip(inner, grids))
@@ -53,8 +54,37 @@ def brute_count(model, T=None):
             idx = np.nonzero(~sure)
             if len(idx[0]):
                 rows = sum(H[pos][g[idx]] for pos, g in zip(inner, grids)) + base
-                safe += int(np.count_nonzero((rows >= thr[idx][:, None]).sum(axis=-1) == 1))
+                ok = (rows >= thr[idx][:, None]).sum(axis=-1) == 1
+                safe += int(np.count_nonzero(ok))
+                rest = tuple(a[~ok] for a in idx)
+                if len(rest[0]):   # sharp attention: weights relative to the query's overall max underflow
+                    toks = np.stack([np.full(len(rest[0]), t) for t in pre] + [g[rest] for g in grids] +
+                                    [np.full(len(rest[0]), q)], axis=1)
+                    safe += renormalised_count(s, C[q], toks, m[rest])
     return safe
+
+
+# The checker's numerator tables keep each weight exp(score - row max) to at least 64 bits down to
+# 2^-(MAX_BITS - 128) = 2^-3968 (checker/kinds/accuracy/tables.py); an input whose largest weight lies
+# below 2^-3700 is left to the checker (never claimed: it may certify fewer there).
+RESOLVED = -3700 * np.log(2.0)
+
+
+def renormalised_count(s, C, toks, m) -> int:
+    """Inputs (rows of `toks`, max tokens `m`) claimed by the test of `brute_count` with each input's
+    weights taken relative to its own largest score (sharp attention: relative to the query's overall
+    max they all underflow), among inputs whose largest weight the checker resolves (RESOLVED).
+    s: (n, v) scores; C[i, t, x] = EU[q,x] + EVOU[t,x] + PVOU[i,x]."""
+    pos = np.arange(toks.shape[1])
+    S = s[pos[None, :], toks]                                   # (rows, n) each input's scores
+    top = S.max(axis=1, keepdims=True)
+    w = np.exp(S - top)
+    c = C[pos[None, :], toks]                                   # (rows, n, v)
+    L = np.einsum("ri,rix->rx", w, c)
+    scale = (w * np.abs(c).max(axis=2)).sum(axis=1)
+    thr = L[np.arange(len(m)), m] - SLACK * scale - TINY
+    claimed = ((L >= thr[:, None]).sum(axis=-1) == 1) & (top[:, 0] - s.max() >= RESOLVED)
+    return int(np.count_nonzero(claimed))
 
 
 def brute_flops(v, n, d_model, d_head) -> int:
