@@ -68,7 +68,7 @@ def train_maxofk(k: int = 4, seed: int = 0, d_vocab: int = 64, d_model: int = 32
         opt.zero_grad()
         loss.backward()
         opt.step()
-        history.append(float(loss))
+        history.append(loss.item())
         if bar is not None and step % 100 == 0:
             bar.set_postfix(loss=f"{history[-1]:.4f}")
     tensors = {name: t.detach().numpy().astype(np.float32) for name, t in p.items()}

@@ -239,8 +239,8 @@ def test_paper_size_forward_runs():
 def test_rotary_against_hand_computation(adjacent):
     """One head, d_head 6, rotary_dim 4, base 100: rotate q/k at positions 2 and 5 by hand."""
     x = np.arange(1.0, 7.0)  # (1, 2, 3, 4, 5, 6)
-    base, rd = 100.0, 4
-    th = [1.0, 100.0 ** -0.5]  # theta_j = base^(-2j/rd) = 1, 0.1
+    rd = 4
+    th = [1.0, 100.0 ** -0.5]  # theta_j = base^(-2j/rd) with base 100: 1, 0.1
     for p in (0, 2, 5):
         cos, sin = F.rotary_cos_sin(np.array(th), [p])
         got = F.apply_rotary(x[None, None, :], cos, sin, rd, adjacent)[0, 0]

@@ -70,7 +70,6 @@ def exact_rotary(ref, model):
     `.to(bfloat16)` even rounds its frequency buffer to bfloat16; for a float64 reference, swap its rotary
     tables for float64 ones of the imported config's frequencies, after checking that transformers' own
     frequencies are those up to that rounding (a misread base, fraction or scaling factor is far off)."""
-    c = model.config
     for module in [m for m in ref.modules() if hasattr(m, "inv_freq")]:
         theta = F._weights(model).theta
         np.testing.assert_allclose(module.inv_freq.double().numpy(), theta, rtol=1e-2)
