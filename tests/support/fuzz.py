@@ -14,7 +14,8 @@ Classes (what once broke the checker, docs/soundness.md "Hostile input"):
 
 `run_campaign(per_class, seed, workdir)` returns one record per case; `tally(records)` the table that
 docs/soundness.md reports. A case passes when both backends end in exit 0, 1 or 2 with one line, the
-same exit code, each within TIME_CAP seconds and MEMORY_CAP bytes above the process's baseline RSS.
+same exit code, each within TIME_CAP seconds and MEMORY_CAP bytes above the process's baseline RSS,
+checked under the resource limits LIMITS.
 """
 
 import contextlib
@@ -38,6 +39,10 @@ from tcert.testing.overwhelm import tiny_neox1l
 CLASSES = ("weights", "numbers", "attention", "context", "degenerate", "json")
 TIME_CAP = 30.0          # seconds per backend run
 MEMORY_CAP = 1 << 30     # bytes of RSS above the baseline per case
+# The resource limits the campaign checks under: what the model admits must then finish within the caps
+# on both backends (1e6 operations: about 1 s with Arb, under 30 s with mpmath), which tests its
+# calibration; the defaults (1e10, 16 GiB) admit hours of honest work.
+LIMITS = ("--max-work", "1e6", "--max-memory", "1")
 
 
 # --- building cases: each returns (certificate bytes, model path, what) ----------------------------
@@ -242,7 +247,7 @@ def check_case(cert_path: str, model_path: str) -> list:
             f.write("5")
         base, buf, start = rss("VmRSS"), io.StringIO(), time.perf_counter()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), time_limit(TIME_CAP * 2):
-            code = cli.main([cert_path, "--model", model_path, "--backend", backend])
+            code = cli.main([cert_path, "--model", model_path, "--backend", backend, *LIMITS])
         out.append((backend, code, buf.getvalue().splitlines(), time.perf_counter() - start, rss("VmHWM") - base))
     return out
 
