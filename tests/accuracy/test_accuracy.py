@@ -296,7 +296,7 @@ def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
     path = write_model(tmp_path, *constructed(6, 3, 15.0, 3.0, 0.05, 3))
     out = str(tmp_path / "c.json")
     assert main(["accuracy", "--model", path, "--strategy", "cubic", "--out", out, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["figures"]
     ob = verify(out, path, "flint")
     cert = ob.certificate
     assert cert["claim"]["correct_at_least"] == report["bound"] > 0
