@@ -107,7 +107,7 @@ def _overwhelm_result(cert, report, model) -> Certificate:
     return Certificate(cert, figures, model)
 
 
-STRATEGIES = ("brute", "cubic", "subcubic")
+STRATEGIES = ("brute", "cubic", "subcubic", "refine")
 # Exact counts established by verified brute-force certificates (model file SHA-256 -> correct inputs).
 KNOWN_EXACT = {"9dbb098693d185abc736125322aef131a5c7acfd9d743c784181279764d59f25": 16_763_235}  # maxof4_seed123
 
@@ -123,11 +123,12 @@ def _accuracy_arguments(model, strategy: str):
     if not is_maxofk(model):
         raise BadInputError("accuracy: needs a 1-layer, 1-head, attention-only model with learned positions")
     if not isinstance(strategy, str) or strategy.partition(":")[0] not in STRATEGIES:
-        raise BadInputError(f"strategy must be one of brute, cubic, subcubic[:NAME] (got {strategy!r})")
-    if strategy.startswith("subcubic"):
+        raise BadInputError(f"strategy must be one of brute, cubic, subcubic[:NAME], refine[:BUDGET] (got {strategy!r})")
+    if strategy.startswith(("subcubic", "refine")):
+        from tcert.generator.accuracy.refine import parse_budget
         from tcert.generator.accuracy.subcubic import parse_name
         try:
-            parse_name(strategy.partition(":")[2] or None)
+            (parse_name if strategy.startswith("subcubic") else parse_budget)(strategy.partition(":")[2] or None)
         except ValueError as e:
             raise BadInputError(f"strategy: {e}") from None
     c = model.config
@@ -136,15 +137,17 @@ def _accuracy_arguments(model, strategy: str):
 
 
 @translating
-def accuracy(model, strategy: str = "cubic", true_count: int | None = None, allow_vacuous: bool = False) -> Certificate:
+def accuracy(model, strategy: str = "cubic", true_count: int | None = None, allow_vacuous: bool = False,
+             distribution: dict | None = None) -> Certificate:
     """A Max-of-K accuracy certificate: the model is right on at least `figures["bound"]` of its inputs.
-    `strategy`: brute | cubic | subcubic[:NAME][+eu]. A bound of 0 is true of every model and says nothing:
-    InconclusiveError unless `allow_vacuous`."""
+    `strategy`: brute | cubic | subcubic[:NAME][+eu] | refine[:BUDGET]. `distribution` (claim.distribution's
+    JSON form, docs/accuracy.md): the bound is then the weight of the inputs answered correctly. A bound of 0
+    is true of every model and says nothing: InconclusiveError unless `allow_vacuous`."""
     from tcert.generator.accuracy.strategies import make_certificate
     model = load_model(model)
     _accuracy_arguments(model, strategy)
     true_count = true_count if true_count is not None else KNOWN_EXACT.get(model.sha256)
-    cert, report = make_certificate(model, strategy, true_count)
+    cert, report = make_certificate(model, strategy, true_count, distribution)   # BadInput: translated
     figures = _plain(report)
     if report["bound"] == 0 and not allow_vacuous:
         raise InconclusiveError(f"vacuous: {strategy} proves correctness on 0 of {report['inputs']} inputs, which "

@@ -1,6 +1,7 @@
-"""`tcert accuracy`: Max-of-K accuracy certificates (tcert.api.accuracy: brute | cubic | subcubic[:NAME]);
-`tcert accuracy-estimate`; demo section."""
+"""`tcert accuracy`: Max-of-K accuracy certificates (tcert.api.accuracy: brute | cubic | subcubic[:NAME] |
+refine[:BUDGET], optionally under an input distribution); `tcert accuracy-estimate`; demo section."""
 
+import json
 import os
 import sys
 import time
@@ -19,18 +20,21 @@ def cmd_accuracy(args) -> Outcome:
     out = writable(args.out)
     model = tc.load_model(args.model)
     _accuracy_arguments(model, args.strategy)
+    distribution = read_distribution(args.distribution)
     c = model.config
     if args.strategy == "cubic" and c.d_vocab >= 256:
         print(f"note: the cubic checker does O(d_vocab^3 n_ctx^2) exact-integer work: measured 4.7 CPU-minutes "
               f"at d_vocab 512 (docs/accuracy.md); subcubic[:svd-rec|:exact-eqke][+eu] is the practical choice at "
               f"d_vocab {c.d_vocab}", file=sys.stderr)
     start = time.perf_counter()
-    cert = tc.accuracy(model, args.strategy, args.true_count, allow_vacuous=args.force)
+    cert = tc.accuracy(model, args.strategy, args.true_count, allow_vacuous=args.force, distribution=distribution)
     cert.save(out)
     r = dict(cert.figures, seconds=round(time.perf_counter() - start, 3))
     vacuous = " (VACUOUS: true of every model; written because of --force)" if r["bound"] == 0 else ""
     return Outcome(EXIT_OK, "written", out, r,
-                   f"{args.strategy}: correct on >= {r['bound']} of {r['inputs']} inputs ({r['bound_over_inputs']})"
+                   f"{args.strategy}: " + (f"correct on >= {r['bound']} of {r['inputs']} inputs" if distribution is None
+                                           else f"the inputs answered correctly weigh >= {r['bound']} under the "
+                                                f"distribution") + f" ({r['bound_over_inputs']})"
                    + (f", bound/true {r['bound_over_true']}" if "bound_over_true" in r else "")
                    + f"; {r['complexity']}, {r['flops']:.3g} FLOPs, {r['seconds']:.2f} s -> {out}{vacuous}")
 
@@ -40,7 +44,11 @@ def add_commands(sub):
     p = sub.add_parser("accuracy", help="certify a lower bound on a Max-of-K model's accuracy")
     p.add_argument("--model", required=True, help="the model file")
     p.add_argument("--strategy", default="cubic",
-                   help="brute | cubic | subcubic[:svd|:svd2|:svd-rec|:svd-recN|:exact-eqke][+eu]")
+                   help="brute | cubic | subcubic[:svd|:svd2|:svd-rec|:svd-recN|:exact-eqke][+eu] | "
+                        "refine[:BUDGET] (BUDGET: FLOPs such as 2e7, a multiple of cubic's such as 2x, or max)")
+    p.add_argument("--distribution", default=None,
+                   help='claim under an input distribution: JSON (or a file of it), e.g. {"max_at_least": 32} or '
+                        '{"position_weights": [[w_0(0), ...], ...]} (exact numbers)')
     p.add_argument("--out", required=True, help="where to write the certificate (its folder must exist)")
     p.add_argument("--true-count", type=int, default=None,
                    help="exact number of correct inputs, if known (reported as bound / true accuracy)")
@@ -52,6 +60,24 @@ def add_commands(sub):
     e.add_argument("--samples", type=int, default=100_000, help="number of stratified samples")
     e.add_argument("--seed", type=int, default=0, help="sampling seed")
     e.set_defaults(func=cmd_estimate)
+
+
+def read_distribution(text):
+    """--distribution: None, a JSON object (claim.distribution's form) inline, or the path of a file holding
+    one. Malformed: BadInput (the checker's own parser validates the fields when the claim is made)."""
+    if text is None:
+        return None
+    try:
+        if text.lstrip().startswith("{"):
+            value = json.loads(text)
+        else:
+            with open(text, encoding="utf-8") as f:
+                value = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--distribution: not a JSON object or a file holding one ({str(e)[:60]})") from None
+    if not isinstance(value, dict):
+        raise BadInput("--distribution: must be a JSON object")
+    return value
 
 
 @outcome_command

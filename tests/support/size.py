@@ -28,8 +28,18 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # what a new piece of the architecture costs; the checker total's budget is their sum. The Llama-family
 # pieces (RMSNorm, SiLU, gated MLP, grouped-query attention, linear RoPE scaling, BF16, the TransformerLens
 # config names) added kernel 81 (modelfile.py 54, forward.py 27), and the one-line refusals overwhelm 2
-# and influence 3.
-BUDGETS = {"kernel": 1266, "exact": 529, "prediction": 41, "overwhelm": 707, "accuracy": 557, "influence": 350}
+# and influence 3. The accuracy refining strategy added 390 (refine.py 211: cubic cases, mixed entries and
+# pattern groups; rows.py 91: the int64 per-query rows it shares with the pruned brute-force checker;
+# distribution.py 69: weighted input distributions for every strategy; the claim and dispatch in
+# __init__.py 20; brute.py shrank by 5 on the shared rows). The exact layer under the Backend interface
+# (IMat ends, routed products, column bounds from ends, the backends' way in and out) added kernel 33
+# (interval.py, flint_backend.py, mpmath_backend.py) and exact 69 (checker/exact_backend.py, the zero-line
+# cut and a faster interval_from_arb). The hostile-input work added kernel 120 (checker/resources.py 53: the
+# resource model; bounded exact endpoints, directed integer conversions and the point-product spread guard
+# in interval.py / mpmath_backend.py / numbers.py; the JSON reader's memory estimate; --max-work/--max-memory)
+# and one cost.py per family (prediction 4, overwhelm 43, accuracy 14, influence 11) plus overwhelm tight's
+# sharp-attention scaling (12) and influence's bounded H_n (5).
+BUDGETS = {"kernel": 1304, "exact": 598, "prediction": 41, "overwhelm": 707, "accuracy": 947, "influence": 350}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
