@@ -34,12 +34,16 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # __init__.py 20; brute.py shrank by 5 on the shared rows). The exact layer under the Backend interface
 # (IMat ends, routed products, column bounds from ends, the backends' way in and out) added kernel 33
 # (interval.py, flint_backend.py, mpmath_backend.py) and exact 69 (checker/exact_backend.py, the zero-line
-# cut and a faster interval_from_arb). The hostile-input work added kernel 120 (checker/resources.py 53: the
+# cut and a faster interval_from_arb). The tighter influence constants (LayerNorm variance lower bounds
+# over the reachable residuals, per-head score widths and per-row causal caps, per-head value balls, gains
+# folded into the readers' matrices) added influence 82 (sublayers.py, reach tracking in blocks.py, row
+# caps in rates.py), and the local claim form (one input's own attention pattern, local.py) influence 90.
+# The hostile-input work added kernel 120 (checker/resources.py 53: the
 # resource model; bounded exact endpoints, directed integer conversions and the point-product spread guard
 # in interval.py / mpmath_backend.py / numbers.py; the JSON reader's memory estimate; --max-work/--max-memory)
 # and one cost.py per family (prediction 4, overwhelm 43, accuracy 14, influence 11) plus overwhelm tight's
 # sharp-attention scaling (12) and influence's bounded H_n (5).
-BUDGETS = {"kernel": 1304, "exact": 598, "prediction": 41, "overwhelm": 707, "accuracy": 947, "influence": 350}
+BUDGETS = {"kernel": 1304, "exact": 598, "prediction": 41, "overwhelm": 707, "accuracy": 947, "influence": 522}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
