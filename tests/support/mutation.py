@@ -13,8 +13,10 @@ Moves (`mutants`):
   envelope  kind -> every other kind, version -> 2, model_sha256 -> another model's digest
 
 Headline moves (`headline_mutants`): each kind's headline number (HEADLINES) moved just past the value
-the checker certified, read from the figures `verify()` records under the field's JSON path; the
-harness reaches into no checker internals (see the TEMPORARY block for the one exception left).
+the checker certified, read from the figures `verify()` records under the field's JSON path (for a
+prediction margin, which the checker certifies at a raised precision when it must, past the recorded
+upper bound of the true gap); the harness reaches into no checker internals (see the TEMPORARY block for
+the one exception left).
 
 Classification of a mutant after `verify`: "rejected" (Rejected or BadInput), "internal" (any
 other exception: a robustness bug, never VERIFIED), or accepted. An accepted mutant whose claim equals
@@ -723,12 +725,14 @@ def headline_keys(cert: dict) -> list:
 
 def certified_values(case) -> dict:
     """Check the case once (flint); return figure key -> the certified value verify() recorded under it,
-    for each of the case's headline numbers."""
+    for each of the case's headline numbers. A margin's headline is the upper bound of the true gap the
+    prediction kind records as "<key>.upper": below it the checker raises its precision until it certifies
+    the claim (a true claim, rightly VERIFIED), above it the claim is false."""
     ob = verify(case.cert, case.model_path, "flint")
     out = {}
     for key, _ in headline_keys(case.cert):
         try:
-            out[key] = ob.figure(key)
+            out[key] = ob.figure(key + ".upper" if key.endswith(".margin") else key)
         except KeyError:
             return _captured_values(case, ob)       # TEMPORARY fallback, see below
     return out
@@ -794,7 +798,7 @@ def _captured_values(case, ob) -> dict:
     out = {}
     for key, _ in headline_keys(case.cert):
         try:
-            out[key] = ob.figure(key)
+            out[key] = ob.figure(key + ".upper" if key.endswith(".margin") else key)
         except KeyError:
             out[key] = captured[key]
     return out
