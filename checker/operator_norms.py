@@ -53,16 +53,19 @@ def grid_bits(k: int) -> int:
 def _exponent(a, bits: int) -> int:
     """The e with max|a| 2^e < 2^bits <= 2 max|a| 2^e (0 for an all-zero or empty array)."""
     top = float(np.max(np.abs(a))) if a.size else 0.0      # abs and max of stored floats are exact
+    _require(math.isfinite(top), "a non-finite weight")     # the model reader refuses them before
     return bits - math.frexp(top)[1] if top else 0         # top < 2^frexp(top)[1]
 
 
 def _grid(a, bits: int, e: int | None = None):
-    """(Q, e): Q = rint(a 2^e) as a float64 array of integers with |Q| <= 2^bits and |a 2^e - Q| <= 1/2
-    entrywise (module docstring); e from `_exponent` unless given (then max|a| 2^e < 2^bits is required)."""
+    """(Q, e, exact): Q = rint(a 2^e) as a float64 array of integers with |Q| <= 2^bits and |a 2^e - Q| <= 1/2
+    entrywise (module docstring); e from `_exponent` unless given (then max|a| 2^e < 2^bits is required);
+    exact when a 2^e = Q (checked only for e >= 0, where a 2^e is computed exactly)."""
     e = _exponent(a, bits) if e is None else e
-    q = np.rint(np.ldexp(np.asarray(a, dtype=np.float64), e))     # exact widening, then the grid
+    scaled = np.ldexp(np.asarray(a, dtype=np.float64), e)         # exact widening, then the grid
+    q = np.rint(scaled)
     _require(float(np.max(np.abs(q), initial=0.0)) <= 2.0 ** bits, "grid entry above 2^bits")
-    return q, e
+    return q, e, bool(e >= 0 and np.array_equal(scaled, q))
 
 
 def _exact_product(x, y, k: int, bits: int):
@@ -117,8 +120,8 @@ def gram_lambda_bound(g, squarings: int = SQUARINGS) -> int:
 def operator_norm(a, squarings: int = SQUARINGS) -> Fraction:
     """An exact rational >= ||a||_2, the largest singular value of a stored 2-D array.
 
-    Proof. With (Q, e) = _grid(a, b): a 2^e = Q + D with |D| <= 1/2 entrywise, so
-    ||a||_2 <= 2^-e (||Q||_2 + ||D||_F) <= 2^-e (sqrt(lambda_max(G)) + sqrt(m n)/2), G the smaller Gram
+    Proof. With (Q, e) = _grid(a, b): a 2^e = Q + D with |D| <= 1/2 entrywise (D = 0 when the grid is
+    exact), so ||a||_2 <= 2^-e (||Q||_2 + ||D||_F) <= 2^-e (sqrt(lambda_max(G)) + sqrt(m n)/2), G the smaller Gram
     matrix (Q^T Q or Q Q^T, whose largest eigenvalue is ||Q||_2^2), computed exactly with b chosen for its
     inner dimension, and lambda_max(G) <= gram_lambda_bound(G)."""
     a = np.asarray(a)
@@ -127,16 +130,17 @@ def operator_norm(a, squarings: int = SQUARINGS) -> Fraction:
         return Fraction(0)
     inner, small = max(m, n), min(m, n)
     bits = grid_bits(inner)
-    q, e = _grid(a, bits)
+    q, e, exact = _grid(a, bits)
     g = _exact_product(q, q.T, inner, bits) if m == small else _exact_product(q.T, q, inner, bits)
     root = ceil_sqrt(gram_lambda_bound(g, squarings)) if small > 1 else ceil_sqrt(int(g[0, 0]))
-    return (root + Fraction(ceil_sqrt(m * n), 2)) / Fraction(2) ** e
+    return (root + (0 if exact else Fraction(ceil_sqrt(m * n), 2))) / Fraction(2) ** e
 
 
 def column_norms(a) -> list:
     """Exact rationals >= ||a[:, j]||_2 for every column j of a stored 2-D array.
 
-    Proof. With (Q, e) = _grid(a, b), ||a[:, j]||_2 <= 2^-e (||Q[:, j]||_2 + sqrt(m)/2), and the sum of
+    Proof. With (Q, e) = _grid(a, b), ||a[:, j]||_2 <= 2^-e (||Q[:, j]||_2 + sqrt(m)/2) (no second term when
+    the grid is exact), and the sum of
     squares of a column of Q is a sum of m integers of magnitude <= 2^(2b) with m 2^(2b) <= 2^53, so numpy's
     float64 sum of it is exact whatever its order."""
     a = np.asarray(a)
@@ -146,9 +150,9 @@ def column_norms(a) -> list:
     half_root_m, scale = Fraction(ceil_sqrt(m), 2), Fraction(2) ** e
     out = []
     for s in range(0, a.shape[1], COLUMN_CHUNK):
-        q, _ = _grid(a[:, s:s + COLUMN_CHUNK], bits, e)
+        q, _, exact = _grid(a[:, s:s + COLUMN_CHUNK], bits, e)
         sums = np.sum(q * q, axis=0)                       # m squares of integers <= 2^b: exact
-        out += [(ceil_sqrt(int(v)) + half_root_m) / scale for v in sums.tolist()]
+        out += [(ceil_sqrt(int(v)) + (0 if exact else half_root_m)) / scale for v in sums.tolist()]
     return out
 
 
