@@ -73,8 +73,8 @@ def tightness(tmp, trials):
             rated = C * rate(cert["claim"]["rate"], n, cfg.n_layers)
             bound, binds = float(min(rated, C_abs)), ("C r(n)" if rated < C_abs else "C_abs")
             found, _ = adversarial_influence(model, n, trials=trials, greedy_rounds=1, seed=n)
-            rows.append((name, cfg.n_layers, cfg.attention, n, bound, found, bound / found if found else float("inf")))
-            print(f"{name:14s} L={cfg.n_layers} {cfg.attention:13s} n={n:3d}  bound {bound:10.4g}  found {found:9.4g}"
+            rows.append((name, cfg.n_layers, cfg.attention_dir, n, bound, found, bound / found if found else float("inf")))
+            print(f"{name:14s} L={cfg.n_layers} {cfg.attention_dir:13s} n={n:3d}  bound {bound:10.4g}  found {found:9.4g}"
                   f"  ratio {rows[-1][-1]:10.4g}  ({binds})", flush=True)
     return rows
 

@@ -29,7 +29,7 @@ from tcert.testing.bench import SHAPE, dominant_prefix_token, fresh_check, paper
 
 def float_table_looseness(model, report, T):
     """(W with the exact float OV table over all tokens, W with the norm bound) at the same betas."""
-    from tcert.generator.overwhelm.naive_lp import FloatModel
+    from tcert.generator.overwhelm.tables import FloatModel
     fm = FloatModel(model)
     c = model.config
     total = np.zeros(c.d_vocab)
@@ -47,7 +47,8 @@ def float_table_looseness(model, report, T):
 
 def run_case(name, model, model_path, workdir, looseness):
     from tcert.generator import certificate
-    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables, format_report, generate
+    from tcert.generator.overwhelm.naive_lp import format_report, generate
+    from tcert.generator.overwhelm.tables import FloatModel, float_tables
     rng = np.random.default_rng(1)
     c = model.config
     query = int(rng.integers(0, c.d_vocab))

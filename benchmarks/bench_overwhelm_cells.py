@@ -30,10 +30,10 @@ N_FIX = 1500
 def cell_inputs(model, model_path, kind, free_name):
     """(prefix, query, free spec) of a cell: the experiment's own strings on a text model; a repeated
     dominant token and 12 random free tokens on a random model without a tokenizer."""
-    if model.config.tokenizer:
+    if model.config.tokenizer_name:
         from tcert.generator.train import text_data
         from tcert.generator.experiments.overwhelm_paper import FREE_TEXTS, QUERY_TEXT, fixed_tokens
-        tok = text_data.model_tokenizer(model_path, model.config.tokenizer)
+        tok = text_data.model_tokenizer(model_path, model.config.tokenizer_name)
         sentences = text_data.held_out_sentences("lee+enwiki") if kind == "heldout" else []
         free = text_data.encode(tok, FREE_TEXTS[free_name])
         return fixed_tokens(tok, kind, N_FIX, 0, sentences), text_data.encode(tok, QUERY_TEXT)[0], \

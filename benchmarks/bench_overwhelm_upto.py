@@ -105,10 +105,11 @@ def summarize(name, res):
     if "obligations" in res:
         groups = {}
         for n, s in res["obligations"]:
-            key = ("forward pass (PTP samples)" if "forward pass" in n else
-                   "shared tables" if n.startswith("lengths 1..") else
-                   "per-length part from shared tables" if "from the shared tables" in n else
-                   "per-length prepare (scores, masses, value extremes)" if n.startswith("scores,") else
+            what = n.rsplit(": ", 1)[-1]   # "overwhelm upto: length L, <method>: <what>"
+            key = ("forward pass (PTP samples)" if "prediction" in what or "sample" in what else
+                   "shared tables" if "upto: lengths 1.." in n else
+                   "per-length part from shared tables" if "from the shared tables" in what else
+                   "per-length prepare (scores, masses, value extremes)" if what.startswith("scores,") else
                    "masses, betas, deviation")
             groups[key] = groups.get(key, 0.0) + s
         for key, s in groups.items():

@@ -86,7 +86,7 @@ def _setup(model_path):
     if _STATE.get("path") != model_path:
         model = load_model(model_path)
         _STATE.update(path=model_path, model=model,
-                      tok=text_data.model_tokenizer(model_path, model.config.tokenizer),
+                      tok=text_data.model_tokenizer(model_path, model.config.tokenizer_name),
                       sentences=text_data.held_out_sentences("lee+enwiki"))
     return _STATE["model"], _STATE["tok"], _STATE["sentences"]
 

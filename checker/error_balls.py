@@ -126,9 +126,28 @@ def nonlinear(B: Backend, X: Rows, fn, lipschitz: Fraction) -> Rows:
     return recentre(B, X.centre.map(fn), [lipschitz * e for e in X.eps])
 
 
+def gated(B: Backend, G: Rows, U: Rows, fn, lipschitz: Fraction, bias=None) -> Rows:
+    """fn(g) * u + b entrywise (a gated MLP's hidden layer), g and u error balls of the same rows, fn
+    Lipschitz with constant L.
+
+    Bound. With a = fn(g), a^ = fn(g^) for the centres g^, u^: a u - a^ u^ = (a - a^) u^ + a^ (u - u^) +
+    (a - a^)(u - u^) entrywise, so in l2 the error is <= max|u^| L e_g + max|a^| e_u + L e_g e_u
+    (||x * y||_2 <= ||x||_2 max|y| and max|y| <= ||y||_2), max|a^| read from the enclosure of fn(g^)."""
+    A = G.centre.map(fn)
+    a_rows, u_rows, errs, out = A.rows(), U.centre.rows(), [], []
+    for a_row, u_row, eg, eu in zip(a_rows, u_rows, G.eps, U.eps):
+        prod = [a * u for a, u in zip(a_row, u_row)]
+        out.append(prod if bias is None else [x + b for x, b in zip(prod, bias)])
+        a_max = max(max(B.upper(a), -B.lower(a)) for a in a_row)
+        u_max = max(max(B.upper(u), -B.lower(u)) for u in u_row)
+        errs.append(u_max * lipschitz * eg + a_max * eu + lipschitz * eg * eu)
+    return recentre(B, B.matrix(out), errs)
+
+
 def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred: bool = True) -> Rows:
     """LayerNorm (centred) or RMSNorm of each row: y = w * f(Px) + b, f(u) = u / sqrt(||u||^2/d + eps),
-    P the centring projection (the identity for RMSNorm), w None for no gain and bias, |w_i| <= w_max.
+    P the centring projection (the identity for RMSNorm), w None for no gain and bias, b None for no bias,
+    |w_i| <= w_max.
 
     Bound. f's Jacobian (1/s)(I - u u^T/(d s^2)), s = sqrt(||u||^2/d + eps), is symmetric with eigenvalues
     1/s (on u's orthogonal complement) and eps/s^3 <= 1/s, so ||f'(u)||_2 = 1/s(u). Every u on the segment
@@ -142,7 +161,11 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
         u = [x - mean for x in row] if centred else row
         sq = B.dot(u, u)
         inv = 1 / B.sqrt(sq / d + B.num(eps))
-        out.append([x * inv for x in u] if w is None else [x * inv * wi + bi for x, wi, bi in zip(u, w, b)])
+        if w is None:
+            out.append([x * inv for x in u])
+        else:
+            out.append([x * inv * wi for x, wi in zip(u, w)] if b is None else
+                       [x * inv * wi + bi for x, wi, bi in zip(u, w, b)])
         gap = max(sqrt_down(max(B.lower(sq), Fraction(0))) - e, Fraction(0))
         sigma_lo = sqrt_down(gap * gap / d + eps)
         errs.append(min(w_max * e / sigma_lo, cap) if e else Fraction(0))

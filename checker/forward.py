@@ -1,12 +1,13 @@
 """The model's forward pass, rigorously: enclosures of the exact real-number logits.
 
-Semantics (docs/model-format.md): pre-LN blocks, LayerNorm with exact eps, multi-head attention with
-optional rotary embeddings and causal mask, ReLU/GELU MLP, optional parallel residual, shared LN and
-final LN. This module holds the architecture -- which step follows which (`block`, `attention_output`,
-`mlp_output`, `final_state`, `last_logits`); `tcert.checker.error_balls` holds the steps and their error
-bounds: every activation row travels as an exact centre plus an l2 error radius (docs/soundness.md,
-"The forward pass's error model"). Rows that later layers do not need are not computed (only the last
-query row of the last block matters for next-token logits).
+Semantics (docs/model-format.md): pre-LN blocks, LayerNorm or RMSNorm with exact eps, multi-head attention
+(optionally grouped-query) with optional rotary embeddings (optionally linearly scaled) and causal mask,
+ReLU/GELU/SiLU MLP (optionally gated), optional parallel residual, shared LN and final LN. This module
+holds the architecture -- which step follows which (`block`, `attention_output`, `mlp_output`,
+`final_state`, `last_logits`); `tcert.checker.error_balls` holds the steps and their error bounds: every
+activation row travels as an exact centre plus an l2 error radius (docs/soundness.md, "The forward
+pass's error model"). Rows that later layers do not need are not computed (only the last query row of
+the last block matters for next-token logits).
 
 Also here, for the overwhelm and accuracy kinds: per-coordinate interval versions of LayerNorm, the MLP
 and rotary embeddings (`layer_norm`, `mlp`, `rotate`, ...), which they apply to their own enclosures.
@@ -17,9 +18,10 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import operator_norms
-from tcert.checker.error_balls import (Rows, add, enclosures, exact_rows, head_output, heads_output, linear,
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_rows, gated, head_output, heads_output, linear,
                                        linear_heads, nonlinear, normalise, rotate_rows, softmax, take)
 from tcert.checker.interval import Backend, IMat
+from tcert.checker.modelfile import kv_names
 
 __all__ = ["Weights", "last_logits", "final_residual", "final_state", "softmax", "attn_divisor", "layer_norm",
            "layer_norm_row", "mlp", "rotary_angles", "rotary_pairs", "rotate", "activation", "act_lipschitz"]
@@ -113,12 +115,25 @@ def layer_norm_row(B: Backend, row: list, w: list | None, b: list | None, eps: F
     return [c * inv * wi + bi for c, wi, bi in zip(centered, w, b)]
 
 
+def rms_norm_row(B: Backend, row: list, w: list, eps: Fraction) -> list:
+    """RMSNorm of one vector: x / sqrt(mean(x^2) + eps) * w (no centring, no bias)."""
+    inv = 1 / B.sqrt(B.fsum(x * x for x in row) / len(row) + B.num(eps))
+    return [x * inv * wi for x, wi in zip(row, w)]
+
+
+def norm_row(B: Backend, W: Weights, row: list, prefix: str, eps: Fraction) -> list:
+    """The model's normalization (LayerNorm, or RMSNorm when normalization_type says so) of one vector."""
+    if W.model.config.has_rms:
+        return rms_norm_row(B, row, W.vec(prefix + ".w"), eps)
+    return layer_norm_row(B, row, W.vec(prefix + ".w"), W.vec(prefix + ".b"), eps)
+
+
 def layer_norm(B: Backend, X: IMat, W: Weights, prefix: str | None, eps: Fraction) -> IMat:
-    """Row-wise LayerNorm of X with weights `prefix`.w/.b; identity when prefix is None."""
+    """Row-wise normalization of X with weights `prefix`.w(/.b) (LayerNorm, or RMSNorm when the model says
+    so); identity when prefix is None."""
     if prefix is None:
         return X
-    w, b = W.vec(prefix + ".w"), W.vec(prefix + ".b")
-    return B.matrix([layer_norm_row(B, row, w, b, eps) for row in X.rows()])
+    return B.matrix([norm_row(B, W, row, prefix, eps) for row in X.rows()])
 
 
 def rotary_angles(B: Backend, cfg, positions) -> dict:
@@ -129,8 +144,8 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     log_base = B.log(B.num(cfg.rotary_base))
     thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
     out = {}
-    for p in positions:
-        angles = [B.num(p) * t for t in thetas]
+    for p in positions:   # linear RoPE scaling: position p turns like position p / rotary_scaling_factor
+        angles = [B.num(Fraction(p) / cfg.rotary_scaling_factor) * t for t in thetas]
         out[p] = ([B.cos(a) for a in angles], [B.sin(a) for a in angles])
     return out
 
@@ -156,6 +171,12 @@ def rotate(row: list, cos_sin, pairs) -> list:
     return out
 
 
+def kv_head(cfg, h: int) -> int:
+    """The key/value head query head h reads: h itself, or h // (n_heads / n_key_value_heads) with grouped-query
+    attention (TransformerLens and Hugging Face repeat each key/value head for consecutive query heads)."""
+    return h if cfg.n_key_value_heads is None else h // (cfg.n_heads // cfg.n_key_value_heads)
+
+
 def activation(B: Backend, cfg):
     """The MLP nonlinearity as a scalar interval function."""
     if cfg.act_fn == "relu":
@@ -163,6 +184,8 @@ def activation(B: Backend, cfg):
     if cfg.act_fn == "gelu":
         root2 = B.sqrt(B.num(2))
         return lambda x: x * (1 + B.erf(x / root2)) / 2
+    if cfg.act_fn == "silu":   # x sigmoid(x)
+        return lambda x: x / (1 + B.exp(-x))
     c = B.sqrt(B.num(2) / B.pi())
     k = B.num(GELU_NEW_CUBIC)
     return lambda x: x * (1 + B.tanh(c * (x + k * x * x * x))) / 2
@@ -170,11 +193,17 @@ def activation(B: Backend, cfg):
 
 def act_lipschitz(B: Backend, act_fn: str) -> Fraction:
     """A Lipschitz constant of the MLP nonlinearity (proofs in docs/influence.md, 'MLP'): relu 1; gelu
-    max|gelu'| = gelu'(sqrt 2) = (1 + erf 1)/2 + e^(-1)/sqrt(pi) ~ 1.1289; gelu_new < 3/2."""
+    max|gelu'| = gelu'(sqrt 2) = (1 + erf 1)/2 + e^(-1)/sqrt(pi) ~ 1.1289; gelu_new < 3/2; silu 5/4.
+
+    silu. With s = sigmoid(x), silu'(x) = s + x s (1 - s), and x s (1 - s) = u / (2 cosh^2 u) for
+    u = x/2; cosh^2 u = 1 + sinh^2 u >= 1 + u^2 >= 2|u|, so |x s (1 - s)| <= 1/4 and, as 0 < s < 1,
+    silu' lies in (-1/4, 5/4) (its true maximum is ~1.0998)."""
     if act_fn == "relu":
         return Fraction(1)
     if act_fn == "gelu":
         return B.upper((1 + B.erf(B.num(1))) / 2 + B.exp(B.num(-1)) / B.sqrt(B.pi()))
+    if act_fn == "silu":
+        return Fraction(5, 4)
     return Fraction(3, 2)
 
 
@@ -182,14 +211,26 @@ def mlp(B: Backend, W: Weights, cfg, layer: int, X: IMat) -> IMat:
     """MLP output of block `layer` on its normalised input X, entrywise intervals."""
     p = f"blocks.{layer}.mlp."
     n = X.shape[0]
+    if cfg.gated_mlp:
+        return gated_mlp(B, W, cfg, layer, X)
     pre = X @ W.mat(p + "W_in") + B.matrix([W.vec(p + "b_in")] * n)
     post = pre.map(activation(B, cfg))
     return post @ W.mat(p + "W_out") + B.matrix([W.vec(p + "b_out")] * n)
 
 
+def gated_mlp(B: Backend, W: Weights, cfg, layer: int, X: IMat) -> IMat:
+    """Gated MLP (TransformerLens GatedMLP, Llama's SwiGLU): (act(X W_gate) * (X W_in) + b_in) W_out + b_out, the
+    product elementwise; b_in is added after it, as TransformerLens does (no gate bias)."""
+    p, act = f"blocks.{layer}.mlp.", activation(B, cfg)
+    gate, lin = (X @ W.mat(p + "W_gate")).rows(), (X @ W.mat(p + "W_in")).rows()
+    b_in = W.vec(p + "b_in")
+    post = B.matrix([[act(g) * u + b for g, u, b in zip(gr, ur, b_in)] for gr, ur in zip(gate, lin)])
+    return post @ W.mat(p + "W_out") + B.matrix([W.vec(p + "b_out")] * X.shape[0])
+
+
 def ln_names(cfg, layer: int):
-    """The LN tensor prefixes feeding attention and MLP in block `layer` (None: no LN)."""
-    if not cfg.has_ln:
+    """The norm tensor prefixes feeding attention and MLP in block `layer` (None: no normalization)."""
+    if not cfg.has_norm:
         return None, None
     ln1 = f"blocks.{layer}.ln1"
     return ln1, (ln1 if cfg.shared_ln else f"blocks.{layer}.ln2")
@@ -198,39 +239,51 @@ def ln_names(cfg, layer: int):
 # --- the rigorous forward pass on error balls ------------------------------------------------------------
 
 def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows:
-    """Rows through the LayerNorm `prefix` (identity when None)."""
+    """Rows through the normalization `prefix` (LayerNorm, or RMSNorm when the model says so; identity when
+    None)."""
     if prefix is None:
         return X
-    return normalise(B, X, W.vec(prefix + ".w"), W.vec(prefix + ".b"), cfg.eps, W.max_abs(prefix + ".w"))
+    w, w_max = W.vec(prefix + ".w"), W.max_abs(prefix + ".w")
+    if cfg.has_rms:
+        return normalise(B, X, w, None, cfg.eps, w_max, centred=False)
+    return normalise(B, X, w, W.vec(prefix + ".b"), cfg.eps, w_max)
 
 
 def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: list, angles) -> Rows:
-    """Attention output (rows = `queries`) of block `layer` given its normalised input rows A."""
-    p, heads = f"blocks.{layer}.attn.", range(cfg.n_heads)
+    """Attention output (rows = `queries`) of block `layer` given its normalised input rows A; with
+    grouped-query attention query head h reads key/value head kv_head(cfg, h)."""
+    p, heads, kv = f"blocks.{layer}.attn.", range(cfg.n_heads), kv_names(cfg)
+    kv_heads = range(cfg.n_key_value_heads or cfg.n_heads)
 
-    def project(X, m):
-        return linear_heads(B, X, W.heads_concat(p + m), [W.norm(p + m, h) for h in heads], W.bias(p + "b" + m[1:]))
+    def project(X, m, b, hs):
+        return linear_heads(B, X, W.heads_concat(p + m), [W.norm(p + m, h) for h in hs], W.bias(p + b))
 
-    qs, ks, vs = project(take(B, A, queries), "W_Q"), project(A, "W_K"), project(A, "W_V")
+    qs = project(take(B, A, queries), "W_Q", "b_Q", heads)
+    ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
     if cfg.rotary:
         pairs = rotary_pairs(cfg)
         qs = [rotate_rows(B, x, lambda i, row: rotate(row, angles[queries[i]], pairs)) for x in qs]
         ks = [rotate_rows(B, x, lambda i, row: rotate(row, angles[i], pairs)) for x in ks]
     n, div = A.centre.shape[0], attn_divisor(B, cfg)
-    visible = [q + 1 if cfg.attention == "causal" else n for q in queries]
-    out = [head_output(B, qs[h], ks[h], vs[h], div, visible) for h in heads]
+    visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
+    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
 
 
 def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
-    """MLP output of block `layer` on its normalised input rows X."""
+    """MLP output of block `layer` on its normalised input rows X (gated: act(x W_gate) * (x W_in) + b_in)."""
     p = f"blocks.{layer}.mlp."
     key = ("act_lipschitz", cfg.act_fn)
     if key not in W.norms:
         W.norms[key] = act_lipschitz(B, cfg.act_fn)
-    pre = linear(B, X, W.mat(p + "W_in"), W.norm(p + "W_in"), W.bias(p + "b_in"))
-    post = nonlinear(B, pre, activation(B, cfg), W.norms[key])
+    if cfg.gated_mlp:
+        gate = linear(B, X, W.mat(p + "W_gate"), W.norm(p + "W_gate"))
+        lin = linear(B, X, W.mat(p + "W_in"), W.norm(p + "W_in"))
+        post = gated(B, gate, lin, activation(B, cfg), W.norms[key], W.bias(p + "b_in"))
+    else:
+        pre = linear(B, X, W.mat(p + "W_in"), W.norm(p + "W_in"), W.bias(p + "b_in"))
+        post = nonlinear(B, pre, activation(B, cfg), W.norms[key])
     return linear(B, post, W.mat(p + "W_out"), W.norm(p + "W_out"), W.bias(p + "b_out"))
 
 
@@ -281,7 +334,7 @@ def last_logits(B: Backend, model, tokens: list, W: Weights | None = None) -> li
     W = W or Weights(B, model)
     x = final_state(B, model, tokens, W)
     if cfg.final_ln:
-        x = normalise(B, x, W.vec("ln_final.w"), W.vec("ln_final.b"), cfg.eps, W.max_abs("ln_final.w"))
+        x = normalised(B, W, cfg, x, "ln_final")
     logits = (x.centre @ W.mat("unembed.W_U")).rows()[0]
     e = x.eps[0]
     bias = W.bias("unembed.b_U") or [0] * len(logits)

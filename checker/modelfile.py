@@ -23,29 +23,37 @@ MAX_HEADER_BYTES = 16 << 20
 MAX_TENSORS = 4096
 MAX_DIM = 1 << 22
 
-DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
+# BF16 has no numpy dtype: its 16 bits are read as <u2 and widened to float32 exactly (`_widen_bf16`).
+DTYPES = {"F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "BF16": np.dtype("<u2")}
 
 CONFIG_DEFAULTS = {
     "d_mlp": None,
     "act_fn": "relu",
-    "normalization_type": None,
+    "normalization_type": "LN",
     "eps": "1/100000",
     "positional_embedding_type": "standard",
     "rotary_dim": None,
     "rotary_base": 10000,
     "rotary_adjacent_pairs": False,
+    "rotary_scaling_factor": 1,
     "parallel_attn_mlp": False,
     "shared_ln": False,
     "final_ln": False,
     "attn_only": False,
-    "attention": "causal",
+    "gated_mlp": False,
+    "n_key_value_heads": None,
+    "attention_dir": "causal",
+    "use_attn_scale": True,
     "attn_scale": None,
-    "tokenizer": None,
+    "tokenizer_name": None,
 }
+# Spellings of earlier versions of the format, read as the TransformerLens name they stand for.
+CONFIG_ALIASES = {"attention": "attention_dir", "tokenizer": "tokenizer_name"}
 # Config numbers: a decimal with optional exponent ("1e-05", "0.5", "10000") or a ratio ("1/100000").
 _CONFIG_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\Z|[+-]?[0-9]+/[0-9]+\Z")
 CONFIG_INTS = ("n_layers", "d_model", "n_heads", "d_head", "d_vocab", "n_ctx")
-ACT_FNS = ("relu", "gelu", "gelu_new")
+ACT_FNS = ("relu", "gelu", "gelu_new", "silu")
+NORMALIZATIONS = (None, "LN", "RMS")
 
 
 @dataclass
@@ -66,13 +74,17 @@ class Config:
     rotary_dim: int | None
     rotary_base: Fraction
     rotary_adjacent_pairs: bool
+    rotary_scaling_factor: Fraction  # positions are divided by it (linear RoPE scaling); 1: none
     parallel_attn_mlp: bool
     shared_ln: bool
     final_ln: bool
     attn_only: bool
-    attention: str
-    attn_scale: Fraction | None  # None: the divisor is sqrt(d_head)
-    tokenizer: str | None
+    gated_mlp: bool
+    n_key_value_heads: int | None  # None: every head has its own keys and values
+    attention_dir: str
+    use_attn_scale: bool
+    attn_scale: Fraction | None  # None: the divisor is sqrt(d_head); 1 when use_attn_scale is false
+    tokenizer_name: str | None
 
     @property
     def rotary(self) -> bool:
@@ -80,7 +92,24 @@ class Config:
 
     @property
     def has_ln(self) -> bool:
+        """LayerNorm (mean-centred, with bias); RMSNorm is `has_rms`."""
         return self.normalization_type == "LN"
+
+    @property
+    def has_rms(self) -> bool:
+        return self.normalization_type == "RMS"
+
+    @property
+    def has_norm(self) -> bool:
+        return self.normalization_type is not None
+
+    def llama_pieces(self) -> list:
+        """The architecture pieces beyond the GPT-2/GPT-NeoX set that this model uses (RMSNorm, SiLU, gated
+        MLP, grouped-query attention, linear RoPE scaling): kinds that do not cover them refuse by this list."""
+        return [name for name, used in (
+            ("RMSNorm", self.has_rms), ("act_fn silu", self.act_fn == "silu" and not self.attn_only),
+            ("gated MLP", self.gated_mlp), ("grouped-query attention (n_key_value_heads)", self.n_key_value_heads),
+            ("rotary_scaling_factor", self.rotary and self.rotary_scaling_factor != 1)) if used]
 
 
 @dataclass
@@ -119,18 +148,31 @@ def parse_config(raw: dict) -> Config:
     """Validate a config dict and fill defaults; raise BadInput on anything inconsistent."""
     if not isinstance(raw, dict):
         raise BadInput("model config: not a JSON object")
+    raw = _canonical_names(raw)
     unknown = set(raw) - set(CONFIG_DEFAULTS) - set(CONFIG_INTS)
     if unknown:
         raise BadInput(f"model config: unknown field(s) {sorted(k[:40] for k in unknown)[:5]}")
     cfg = {**CONFIG_DEFAULTS, **raw}
     _check_dimensions(cfg)
     _check_choices(cfg)
-    cfg["eps"] = _exact_config_number(cfg["eps"], "eps")
-    cfg["rotary_base"] = _exact_config_number(cfg["rotary_base"], "rotary_base")
+    for key in ("eps", "rotary_base", "rotary_scaling_factor"):
+        cfg[key] = _exact_config_number(cfg[key], key)
     if cfg["attn_scale"] is not None:
         cfg["attn_scale"] = _exact_config_number(cfg["attn_scale"], "attn_scale")
     _check_parts(cfg)
+    _check_heads(cfg)
     return Config(**{k: cfg[k] for k in Config.__dataclass_fields__})
+
+
+def _canonical_names(raw: dict) -> dict:
+    """The config with earlier spellings (`attention`, `tokenizer`) renamed to their TransformerLens names."""
+    out = dict(raw)
+    for old, new in CONFIG_ALIASES.items():
+        if old in out:
+            if new in out:
+                raise BadInput(f"model config: both {new} and its earlier spelling {old} are given")
+            out[new] = out.pop(old)
+    return out
 
 
 def _check_dimensions(cfg: dict) -> None:
@@ -146,24 +188,25 @@ def _check_dimensions(cfg: dict) -> None:
 
 def _check_choices(cfg: dict) -> None:
     """The switches: booleans and one of the named choices each."""
-    for key in ("rotary_adjacent_pairs", "parallel_attn_mlp", "shared_ln", "final_ln", "attn_only"):
+    for key in ("rotary_adjacent_pairs", "parallel_attn_mlp", "shared_ln", "final_ln", "attn_only", "gated_mlp",
+                "use_attn_scale"):
         if not isinstance(cfg[key], bool):
             raise BadInput(f"model config: {key} must be true or false")
     if cfg["act_fn"] not in ACT_FNS:
         raise BadInput(f"model config: act_fn must be one of {ACT_FNS}")
-    if cfg["normalization_type"] not in (None, "LN"):
-        raise BadInput("model config: normalization_type must be null or \"LN\"")
+    if cfg["normalization_type"] not in NORMALIZATIONS:
+        raise BadInput("model config: normalization_type must be null, \"LN\" or \"RMS\"")
     if cfg["positional_embedding_type"] not in ("standard", "rotary", "none"):
         raise BadInput("model config: positional_embedding_type must be standard, rotary or none")
-    if cfg["attention"] not in ("causal", "bidirectional"):
-        raise BadInput("model config: attention must be causal or bidirectional")
+    if cfg["attention_dir"] not in ("causal", "bidirectional"):
+        raise BadInput("model config: attention_dir must be causal or bidirectional")
 
 
 def _check_parts(cfg: dict) -> None:
     """The fields that depend on others: d_mlp (dropped when attn_only), rotary_dim (default d_head), the
     tokenizer name, and final/shared LN (need LN)."""
     if cfg["attn_only"]:
-        cfg["d_mlp"] = None
+        cfg["d_mlp"], cfg["gated_mlp"] = None, False
     elif isinstance(cfg["d_mlp"], bool) or not isinstance(cfg["d_mlp"], int) or not 1 <= cfg["d_mlp"] <= MAX_DIM:
         raise BadInput(f"model config: d_mlp must be an integer in [1, {MAX_DIM}] unless attn_only, "
                        f"got {show(cfg['d_mlp'])}")
@@ -174,10 +217,23 @@ def _check_parts(cfg: dict) -> None:
         if isinstance(rd, bool) or not isinstance(rd, int) or rd < 2 or rd % 2 or rd > cfg["d_head"]:
             raise BadInput(f"model config: rotary_dim must be even and in [2, d_head = {cfg['d_head']}], "
                            f"got {show(rd)}")
-    if cfg["tokenizer"] is not None and not isinstance(cfg["tokenizer"], str):
-        raise BadInput("model config: tokenizer must be a string or null")
+    if cfg["tokenizer_name"] is not None and not isinstance(cfg["tokenizer_name"], str):
+        raise BadInput("model config: tokenizer_name must be a string or null")
     if cfg["normalization_type"] is None and (cfg["final_ln"] or cfg["shared_ln"]):
-        raise BadInput("model config: final_ln/shared_ln need normalization_type \"LN\"")
+        raise BadInput("model config: final_ln/shared_ln need normalization_type \"LN\" or \"RMS\"")
+
+
+def _check_heads(cfg: dict) -> None:
+    """n_key_value_heads divides n_heads; without the attention scale (TransformerLens use_attn_scale false)
+    scores are divided by exactly 1."""
+    kv = cfg["n_key_value_heads"]
+    if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or cfg["n_heads"] % kv):
+        raise BadInput(f"model config: n_key_value_heads must be null or a divisor of n_heads = {cfg['n_heads']}, "
+                       f"got {show(kv)}")
+    if not cfg["use_attn_scale"]:
+        if cfg["attn_scale"] not in (None, 1):
+            raise BadInput(f"model config: attn_scale {show(cfg['attn_scale'])} given but use_attn_scale is false")
+        cfg["attn_scale"] = Fraction(1)
 
 
 def expected_shapes(c: Config) -> dict:
@@ -186,26 +242,37 @@ def expected_shapes(c: Config) -> dict:
     shapes = {"embed.W_E": (v, d), "unembed.W_U": (d, v), "unembed.b_U": (v,)}
     if c.positional_embedding_type == "standard":   # rotary and none have no position table
         shapes["pos_embed.W_pos"] = (c.n_ctx, d)
+    norm = (".w",) if c.has_rms else (".w", ".b")   # RMSNorm has a gain and no bias
+    kv, hk = kv_names(c), c.n_key_value_heads or h
     for i in range(c.n_layers):
         p = f"blocks.{i}."
-        for m in ("W_Q", "W_K", "W_V"):
-            shapes[p + "attn." + m] = (h, d, dh)
-        for b in ("b_Q", "b_K", "b_V"):
-            shapes[p + "attn." + b] = (h, dh)
+        for m, heads in (("W_Q", h), (kv["W_K"], hk), (kv["W_V"], hk)):
+            shapes[p + "attn." + m] = (heads, d, dh)
+        for b, heads in (("b_Q", h), (kv["b_K"], hk), (kv["b_V"], hk)):
+            shapes[p + "attn." + b] = (heads, dh)
         shapes[p + "attn.W_O"] = (h, dh, d)
         shapes[p + "attn.b_O"] = (d,)
-        if c.has_ln:
-            shapes[p + "ln1.w"] = shapes[p + "ln1.b"] = (d,)
+        if c.has_norm:
+            shapes.update({p + "ln1" + s: (d,) for s in norm})
             if not c.attn_only and not c.shared_ln:
-                shapes[p + "ln2.w"] = shapes[p + "ln2.b"] = (d,)
+                shapes.update({p + "ln2" + s: (d,) for s in norm})
         if not c.attn_only:
             shapes[p + "mlp.W_in"] = (d, c.d_mlp)
             shapes[p + "mlp.b_in"] = (c.d_mlp,)
             shapes[p + "mlp.W_out"] = (c.d_mlp, d)
             shapes[p + "mlp.b_out"] = (d,)
+            if c.gated_mlp:
+                shapes[p + "mlp.W_gate"] = (d, c.d_mlp)
     if c.final_ln:
-        shapes["ln_final.w"] = shapes["ln_final.b"] = (d,)
+        shapes.update({"ln_final" + s: (d,) for s in norm})
     return shapes
+
+
+def kv_names(c: Config) -> dict:
+    """The tensor names of keys and values: with n_key_value_heads set they are TransformerLens's grouped
+    `_W_K`, `_W_V`, `_b_K`, `_b_V` (one per key/value head), else `W_K`, ... (one per head)."""
+    pre = "_" if c.n_key_value_heads is not None else ""
+    return {m: pre + m for m in ("W_K", "W_V", "b_K", "b_V")}
 
 
 def _read_header(data: bytes):
@@ -284,6 +351,8 @@ def _read_tensors(data: bytes, header: dict, start: int, expected: dict) -> dict
         dtype, shape, (lo, hi) = _tensor_entry(name, info, expected[name], body)
         spans.append((lo, hi, name))
         arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + lo).reshape(shape)
+        if info["dtype"] == "BF16":
+            arr = _widen_bf16(arr)
         if not np.isfinite(arr).all():
             raise BadInput(f"model file: tensor {name} contains NaN or infinity")
         tensors[name] = arr
@@ -292,6 +361,13 @@ def _read_tensors(data: bytes, header: dict, start: int, expected: dict) -> dict
         if b_lo < a_hi:
             raise BadInput(f"model file: tensors {a} and {b} overlap (bytes {show(b_lo)} < {show(a_hi)})")
     return tensors
+
+
+def _widen_bf16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values as float32, exactly: a bfloat16 is the upper half of the float32 with the same value."""
+    out = (bits.astype(np.uint32) << 16).view(np.float32)
+    out.flags.writeable = False
+    return out
 
 
 def _tensor_entry(name: str, info, shape_wanted: tuple, body: int):

@@ -1,6 +1,6 @@
 """`tcert experiment ...`: paper reproductions (sweeps of generate-and-check cells)."""
 
-from tcert.generator.experiments import overwhelm_paper, repetition
+from tcert.generator.experiments import maxofk_sweep, overwhelm_paper, repetition
 
 
 def add_commands(sub):
@@ -9,3 +9,4 @@ def add_commands(sub):
     esub = exp.add_subparsers(dest="experiment_command", required=True)
     overwhelm_paper.add_command(esub)
     repetition.add_command(esub)   # appendix F: `overwhelm-repetition`
+    maxofk_sweep.add_command(esub)

@@ -13,19 +13,19 @@ order), the verdict, and, when Overwhelmed, a certificate re-checked by the chec
 
 Results go to `<out-dir>/cells.jsonl` (one line per finished cell: a rerun skips them, so an
 interrupted sweep resumes), `points.csv` (every point), `fig2_deviation.png`, `fig3_ptp.png`,
-`fig4_generation.png`. Cells run in a process pool (`--jobs`, default 2).
+`fig4_generation.png`. Cells are tasks of the execution layer (`execution.py`: a local Dask cluster of
+`--jobs` workers, or `--scheduler`); certificate paths in the rows are relative to OUT_DIR.
 """
 
 import csv
-import json
 import os
 import random
 import string
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from tcert.checker.errors import BadInput
+from tcert.generator.experiments import execution, families
+from tcert.generator.experiments.execution import Cell, File
 
 FREE_TEXTS = {
     "blotches": "The blotches ran well down the sides of his face",
@@ -41,7 +41,6 @@ COLORS = {"naive": "C0", "lp": "C1", "tight": "C2"}
 
 def fixed_tokens(tok, kind, n, sample, sentences):
     """The first n token ids of a fixed string of `kind`; `sample` seeds the random kinds."""
-    from tcert.generator.train import text_data
     rng = random.Random(f"{kind}:{sample}")
     ids = []
     while len(ids) < n:
@@ -53,31 +52,23 @@ def fixed_tokens(tok, kind, n, sample, sentences):
             text = " ".join(["what is it"] * (n // 3 + 2))
         else:
             raise BadInput(f"unknown fixed-string kind {kind!r}")
-        ids += text_data.encode(tok, text)
+        ids += families.encode(tok, text)
     return ids[:n]
 
 
-_MODEL = {}
-
-
 def _model(path):
-    from tcert.checker.modelfile import load_model
-    if path not in _MODEL:
-        _MODEL[path] = load_model(path)
-    return _MODEL[path]
+    return families.load_model(path)
 
 
-def run_cell(task):
-    """Worker: generate one cell's bound; write and check the certificate when Overwhelmed."""
-    from tcert.generator import certificate
-    from tcert.generator.overwhelm.naive_lp import generate
-    from tcert.generator.overwhelm.tight import generate_tight
-    model = _model(task["model"])
+def run_cell(task, shipped):
+    """Worker: generate one cell's bound; when Overwhelmed, return the certificate (as bytes for the run
+    folder) and check it."""
+    model = execution.model_of(shipped)
     start = time.perf_counter()
     free_spec = task.get("free_spec") or ("perm", len(task["free"]), task["free"])
     row = {k: task.get(k) for k in ("id", "kind", "n_fix", "sample", "free_name", "method", "step", "repeated")}
     if task["method"] == "tight":
-        cert, r = generate_tight(model, task["prefix"], task["query"], free_spec)
+        cert, r = families.overwhelm_generate_tight(model, task["prefix"], task["query"], free_spec)
         ptp = sample_ptp(model, task["prefix"], task["query"], free_spec)
         # W analogue: the tight bound b >= max_j (logit_j - logit_k) over T is certified iff b < 0; the
         # sample's gap is PTP, so (PTP + b) / 2 is the half-loss of gap it certifies: Overwhelmed iff < PTP/2.
@@ -85,138 +76,109 @@ def run_cell(task):
         row.update(W=w, W_float=w, tight_bound=r["worst_bound"], margin=None,
                    exact_competitors=r["exact_competitors"])
     else:
-        cert, r = generate(model, task["prefix"], task["query"], free_spec, task["method"])
+        cert, r = families.overwhelm_generate(model, task["prefix"], task["query"], free_spec, task["method"])
         ptp = r["ptp_float"]
         row.update(W=r["deviation"], W_float=r["deviation_float"], margin=r["margin"], tight_bound=None)
     row.update(n_free=free_spec[1], verdict=r["verdict"], ptp=ptp, predicted=r["predicted"],
                gen_seconds=time.perf_counter() - start, certificate=None, checked=None, check_seconds=None)
     if cert is not None:
-        path = os.path.join(task["cert_dir"], task["id"] + ".json")
-        certificate.write(path, cert)
-        row["certificate"] = path
+        row["certificate"] = task["cert"]
+        row["files"] = {task["cert"]: families.certificate_text(cert).encode()}
         if task["check"]:
-            row = check_row(row, task["model"], task["backend"])
+            row.update(execution.check_outcome(cert, model, task["backend"]))
     return row
 
 
 def sample_ptp(model, prefix, query, free_spec):
     """PTP of the sample the generators use (the multiset in its own order; `any`: the query repeated)."""
     import numpy as np
-    from tcert.generator.model.forward import logits
     _, n_free, multiset = free_spec
     t0 = list(multiset) if multiset is not None else [query] * n_free
-    lg = np.sort(logits(model, np.asarray([list(prefix) + t0 + [query]]))[0])
+    lg = np.sort(families.logits(model, np.asarray([list(prefix) + t0 + [query]]))[0])
     return float(lg[-1] - lg[-2])
 
 
-def check_row(row, model_path, backend):
-    """Worker: run the checker on a cell's certificate; return the row with the verdict and time."""
-    from tcert.checker.verify import verify
-    row = dict(row)
-    t = time.perf_counter()
-    try:
-        verify(row["certificate"], model_path, backend)
-        row["checked"] = "VERIFIED"
-    except Exception as e:  # a rejection is a result to record
-        row["checked"] = f"REJECTED: {e}"
-    row["check_seconds"] = time.perf_counter() - t
+def check_cell(task, shipped_model, shipped_cert):
+    """Worker: run the checker on a certificate made earlier; the row is the cell's row with the verdict."""
+    import json
+    row = dict(task["row"])
+    row.update(execution.check_outcome(json.loads(shipped_cert.data), execution.model_of(shipped_model),
+                                       task["backend"]))
     return row
 
 
-def check_later(rows, limit, jobs, results_path, model_path, backend):
-    """Check up to `limit` certified-but-unchecked cells (largest n_fix first, then id), appending the
-    updated rows to results_path (the last line of an id wins when results are read back)."""
-    from tqdm import tqdm
-    todo = sorted((r for r in rows if r["certificate"] and r["checked"] is None),
+CHECK = "#check"     # a later check of cell X is logged as cell X#check (the generating row stays as it was)
+
+
+def with_checks(rows, logged):
+    """`rows` (cell rows in order) with each replaced by its logged later check, if any."""
+    out = []
+    for r in rows:
+        c = logged.get(r["id"] + CHECK)
+        out.append(dict(c, id=r["id"]) if c is not None and c.get("status") == "done" else r)
+    return out
+
+
+def check_later(ex, rows, limit, out_dir, log_name, model_path, backend):
+    """Check up to `limit` certified-but-unchecked cells (largest n_fix first, then id) on the cluster; each
+    check is logged as its own cell (id X#check); return `rows` with the checks in."""
+    todo = sorted((r for r in rows if r.get("certificate") and r.get("checked") is None),
                   key=lambda r: (-r["n_fix"], r["id"]))[:limit]
-    out_rows = {}
-    with open(results_path, "a") as out, tqdm(total=len(todo), desc="checking", file=sys.stderr) as bar:
-        with ProcessPoolExecutor(max(1, jobs)) as pool:
-            for fut in as_completed([pool.submit(check_row, r, model_path, backend) for r in todo]):
-                row = fut.result()
-                out_rows[row["id"]] = row
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                bar.update(1)
-    return [out_rows.get(r["id"], r) for r in rows]
+    cells = [Cell(check_cell, {"id": r["id"] + CHECK, "row": r, "backend": backend},
+                  (File(os.path.abspath(model_path)), File(r["certificate"]))) for r in todo]
+    logged = ex.run(out_dir, log_name, cells, "checking")
+    return with_checks(rows, logged)
 
 
-def sweep_tasks(model_path, tok, lengths, samples, methods, frees, sentences, cert_dir, check, backend):
+def sweep_tasks(tok, lengths, samples, methods, frees, sentences, cert_rel, check, backend):
     """Every cell of the fixed-string sweep as a task dict (ids are stable across runs)."""
-    from tcert.generator.train import text_data
-    query = text_data.encode(tok, QUERY_TEXT)
+    query = families.encode(tok, QUERY_TEXT)
     if len(query) != 1:
         raise BadInput(f"the query {QUERY_TEXT!r} is not one token in this vocabulary")
     tasks = []
     for free_name in frees:
-        free = text_data.encode(tok, FREE_TEXTS[free_name])
+        free = families.encode(tok, FREE_TEXTS[free_name])
         for kind in FIXED_KINDS:
             for sample in range(1 if kind == "whatisit" else samples):
                 for n in lengths:
                     prefix = fixed_tokens(tok, kind, n, sample, sentences)
                     for method in methods:
-                        tasks.append({"id": f"{free_name}-{kind}-s{sample}-n{n}-{method}", "kind": kind,
-                                      "n_fix": n, "sample": sample, "free_name": free_name, "method": method,
-                                      "step": None, "prefix": prefix, "query": query[0], "free": free,
-                                      "model": model_path, "cert_dir": cert_dir, "check": check,
+                        tid = f"{free_name}-{kind}-s{sample}-n{n}-{method}"
+                        tasks.append({"id": tid, "kind": kind, "n_fix": n, "sample": sample, "free_name": free_name,
+                                      "method": method, "step": None, "prefix": prefix, "query": query[0],
+                                      "free": free, "cert": os.path.join(cert_rel, tid + ".json"), "check": check,
                                       "backend": backend})
     return tasks
 
 
-def _load_done(path):
-    done = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    done[row["id"]] = row
-    return done
+def run_tasks(ex, tasks, model_path, out_dir, log_name, desc):
+    """Run the cells of `tasks` not yet in the log (each logged as it finishes); return their rows in order,
+    later checks (X#check) merged in."""
+    model = File(os.path.abspath(model_path))
+    cells = [Cell(run_cell, t, (model,), priority=-i) for i, t in enumerate(tasks)]
+    logged = ex.run(out_dir, log_name, cells, desc)
+    every = execution.read_log(os.path.join(out_dir, log_name))
+    return with_checks([logged[t["id"]] for t in tasks if t["id"] in logged], every)
 
 
-def run_tasks(tasks, jobs, results_path, desc):
-    """Run the tasks not yet in results_path (appending each as it finishes); return all rows."""
-    from tqdm import tqdm
-    done = _load_done(results_path)
-    todo = [t for t in tasks if t["id"] not in done]
-    with open(results_path, "a") as out, tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=desc,
-                                              file=sys.stderr, mininterval=2.0) as bar:
-        def keep(row):
-            done[row["id"]] = row
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            bar.update(1)
-        if jobs <= 1:
-            for t in todo:
-                keep(run_cell(t))
-        else:
-            with ProcessPoolExecutor(jobs) as pool:
-                for fut in as_completed([pool.submit(run_cell, t) for t in todo]):
-                    keep(fut.result())
-    return [done[t["id"]] for t in tasks]
-
-
-def generation_rows(model_path, tok, prefix, free_name, steps, jobs_path, cert_dir, check, backend):
-    """Figure 4: grow the fixed string by the predicted token `steps` times (sequential by nature)."""
-    from tcert.generator.train import text_data
-    free = text_data.encode(tok, FREE_TEXTS[free_name])
-    query = text_data.encode(tok, QUERY_TEXT)[0]
-    done = _load_done(jobs_path)
+def generation_rows(ex, model_path, tok, prefix, free_name, steps, out_dir, cert_rel, check, backend):
+    """Figure 4: grow the fixed string by the predicted token `steps` times (one cell per step; each step
+    needs the previous one's prediction, so they run one after the other)."""
+    free = families.encode(tok, FREE_TEXTS[free_name])
+    query = families.encode(tok, QUERY_TEXT)[0]
+    model = File(os.path.abspath(model_path))
     rows = []
     prefix = list(prefix)
-    with open(jobs_path, "a") as out:
-        for step in range(steps + 1):
-            tid = f"gen-{free_name}-n{len(prefix)}-step{step}"
-            row = done.get(tid)
-            if row is None:
-                row = run_cell({"id": tid, "kind": "generation", "n_fix": len(prefix), "sample": 0,
-                                "free_name": free_name, "method": "lp", "step": step, "prefix": prefix,
-                                "query": query, "free": free, "model": model_path, "cert_dir": cert_dir,
-                                "check": check, "backend": backend})
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-            rows.append(row)
-            prefix = prefix + [row["predicted"]]
+    for step in range(steps + 1):
+        tid = f"gen-{free_name}-n{len(prefix)}-step{step}"
+        task = {"id": tid, "kind": "generation", "n_fix": len(prefix), "sample": 0, "free_name": free_name,
+                "method": "lp", "step": step, "prefix": prefix, "query": query, "free": free,
+                "cert": os.path.join(cert_rel, tid + ".json"), "check": check, "backend": backend}
+        row = ex.run(out_dir, "generation.jsonl", [Cell(run_cell, task, (model,))], "generation")[tid]
+        rows.append(row)
+        if row.get("status") != "done":
+            break               # no prediction to grow the string with
+        prefix = prefix + [row["predicted"]]
     return rows
 
 
@@ -304,13 +266,11 @@ def _ints(text):
 
 def cmd_overwhelm_paper(args):
     """Run the sweep (resuming), the generation experiment, and write CSV and plots."""
-    from tcert.generator.train import text_data
     model = _model(args.model)
-    tok = text_data.model_tokenizer(args.model, model.config.tokenizer)
+    tok = families.model_tokenizer(args.model, model.config.tokenizer_name)
     os.makedirs(args.out_dir, exist_ok=True)
-    cert_dir = args.cert_dir or os.path.join(args.out_dir, "certs")
-    os.makedirs(cert_dir, exist_ok=True)
-    sentences = text_data.held_out_sentences(args.corpus)
+    cert_rel = os.path.relpath(args.cert_dir, args.out_dir) if args.cert_dir else "certs"
+    sentences = families.held_out_sentences(args.corpus)
     lengths = _ints(args.lengths)
     if max(lengths) + 64 > model.config.n_ctx:
         raise BadInput(f"--lengths up to {max(lengths)} leave no room for the free tokens in n_ctx {model.config.n_ctx}")
@@ -319,30 +279,42 @@ def cmd_overwhelm_paper(args):
         raise BadInput(f"--free names must be among {sorted(FREE_TEXTS)}")
     methods = [m for m in args.methods.split(",") if m]
     start = time.perf_counter()
-    tasks = sweep_tasks(args.model, tok, lengths, args.samples, methods, frees, sentences, cert_dir,
-                        not args.no_check, args.backend)
-    rows = run_tasks(tasks, args.jobs, os.path.join(args.out_dir, "cells.jsonl"), "overwhelm sweep")
-    gen = []
-    if args.generate:
-        prefix = fixed_tokens(tok, "whatisit", max(lengths), 0, sentences)
-        gen = generation_rows(args.model, tok, prefix, frees[0], args.generate,
-                              os.path.join(args.out_dir, "generation.jsonl"), cert_dir, not args.no_check,
-                              args.backend)
+    tasks = sweep_tasks(tok, lengths, args.samples, methods, frees, sentences, cert_rel, not args.no_check,
+                        args.backend)
+    with execution.Executor(execution.options(args)) as ex:
+        rows = run_tasks(ex, tasks, args.model, args.out_dir, "cells.jsonl", "overwhelm sweep")
+        gen = []
+        if args.generate:
+            prefix = fixed_tokens(tok, "whatisit", max(lengths), 0, sentences)
+            gen = generation_rows(ex, args.model, tok, prefix, frees[0], args.generate, args.out_dir, cert_rel,
+                                  not args.no_check, args.backend)
+        if args.check_limit:
+            rows = check_later(ex, rows, args.check_limit, args.out_dir, "cells.jsonl", args.model, args.backend)
+    failed = [r for r in rows + gen if r.get("status") != "done"]
+    rows = [r for r in rows if r.get("status") == "done"]
+    gen = [r for r in gen if r.get("status") == "done"]
+    if gen:
         plot_generation(gen, os.path.join(args.out_dir, "fig4_generation.png"))
-    if args.check_limit:
-        rows = check_later(rows, args.check_limit, args.jobs, os.path.join(args.out_dir, "cells.jsonl"),
-                           args.model, args.backend)
     write_csv(rows + gen, os.path.join(args.out_dir, "points.csv"))
     plot_sweep(rows, args.out_dir, frees)
-    allrows = rows + gen
+    return report(rows + gen, failed, gen, start, args.out_dir)
+
+
+def report(allrows, failed, gen, start, out_dir):
+    """Print the counts of a run; exit code 1 unless every checked certificate VERIFIED and no cell failed."""
     certified = [r for r in allrows if r["verdict"] == "Overwhelmed"]
     checked = [r for r in certified if r["checked"] is not None]
     ok = sum(r["checked"] == "VERIFIED" for r in checked)
     print(f"{len(allrows)} cells ({len(gen)} generation steps) in {time.perf_counter() - start:.0f} s this run; "
           f"{len(certified)} Overwhelmed; {len(checked)} certificates checked by tcert-check "
           f"({ok} VERIFIED) in {sum(r['check_seconds'] for r in checked):.0f} s of checker time; "
-          f"results in {args.out_dir}")
-    return 0 if ok == len(checked) else 1
+          f"results in {out_dir}")
+    for r in checked:
+        if r["checked"] != "VERIFIED":
+            print(f"  {r['id']}: {r['checked']}")
+    for r in failed:
+        print(f"  {r['id']}: cell ended with {r['status']}: {r.get('detail')}")
+    return 0 if ok == len(checked) and not failed else 1
 
 
 def add_command(esub):
@@ -357,9 +329,9 @@ def add_command(esub):
     p.add_argument("--free", default="blotches,hamlet", help=f"free quotes among {sorted(FREE_TEXTS)}")
     p.add_argument("--generate", type=int, default=20, help="greedy generation steps for Figure 4 (0: skip)")
     p.add_argument("--corpus", default="lee+enwiki", help="corpus whose held-out sentences form `heldout`")
-    p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-check", action="store_true", help="do not run the checker on certificates")
     p.add_argument("--check-limit", type=int, default=0,
                    help="with --no-check: afterwards check up to N certified sweep cells, largest n_fix first")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
+    execution.add_arguments(p)
     p.set_defaults(func=cmd_overwhelm_paper)

@@ -17,7 +17,6 @@ tight) per cell with the certificate generators, checks the certificates, and pl
 points with this predicted curve, its asymptote K/n and the predicted crossing n* (W(n*) = PTP/2).
 """
 
-import json
 import math
 import os
 import time
@@ -25,6 +24,7 @@ import time
 import numpy as np
 
 from tcert.checker.errors import BadInput
+from tcert.generator.experiments import execution, families
 
 COLUMNS = ["id", "repeated", "n_fix", "n_free", "method", "W", "W_float", "ptp", "margin", "tight_bound",
            "W_predicted", "verdict", "predicted", "gen_seconds", "checked", "check_seconds", "certificate"]
@@ -41,17 +41,13 @@ def closed_form(model, r, n_free):
     """The n-independent parts of the naive bound under the repetition restriction (float64):
     per head (amin, amax, lo, hi) with lo/hi the per-logit extremes of the value table, the sample's
     PTP, and alpha_fix at n_fix = 1 (which must be 2: the consistency check of the argument)."""
-    from tcert.generator.model.forward import logits
-    from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables
-    fm = FloatModel(model)
-    allowed = list(range(model.config.d_vocab))
-    T = float_tables(fm, [r], r, allowed, n_free)
+    T, WO, WU = families.overwhelm_float_tables(model, [r], r, n_free)
     heads = []
     for h in range(model.config.n_heads):
         e = np.exp(T["S"][h] - T["lq"][h])
-        D = (T["values"][h] @ fm.WO[h]) @ fm.WU
+        D = (T["values"][h] @ WO[h]) @ WU
         heads.append((float(e.min(axis=0).sum()), float(e.max(axis=0).sum()), D.min(axis=0), D.max(axis=0)))
-    lg = np.sort(logits(model, np.asarray([[r] * (n_free + 2)]))[0])
+    lg = np.sort(families.logits(model, np.asarray([[r] * (n_free + 2)]))[0])
     return heads, float(lg[-1] - lg[-2]), [float(a) for a in T["alpha_fix"]]
 
 
@@ -94,7 +90,7 @@ def fitted_slope(rows):
     pts = sorted((r["n_fix"], r["W"]) for r in rows)
     pts = pts[len(pts) // 2:]
     if len(pts) < 2:
-        return float("nan")
+        return None
     x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     return float(np.polyfit(x, y, 1)[0])
 
@@ -138,17 +134,16 @@ def plot(rows, theory, path, n_ctx):
 
 def cmd_overwhelm_repetition(args):
     """Run the repetition sweep (resuming), check certificates, write CSV, summary and plot."""
-    from tcert.generator.train import text_data
-    from tcert.generator.experiments.overwhelm_paper import _model, check_later, run_tasks, write_csv
-    model = _model(args.model)
+    from tcert.generator.experiments.overwhelm_paper import check_later, run_tasks, write_csv
+    model = families.load_model(args.model)
     c = model.config
     if c.positional_embedding_type != "none":
         print("note: appendix F assumes a model without positions; this one is "
               f"{c.positional_embedding_type!r}: PTP and the predicted curve are then only indicative")
-    tok = text_data.model_tokenizer(args.model, c.tokenizer) if c.tokenizer else None
+    tok = families.model_tokenizer(args.model, c.tokenizer_name) if c.tokenizer_name else None
     tokens = {}
     for word in args.tokens.split():
-        ids = [int(word)] if word.isdigit() else text_data.encode(tok, word)
+        ids = [int(word)] if word.isdigit() else families.encode(tok, word)
         if len(ids) != 1:
             raise BadInput(f"--tokens: {word!r} is not one token in this vocabulary")
         tokens[ids[0]] = word
@@ -156,8 +151,7 @@ def cmd_overwhelm_repetition(args):
     if max(lengths) + args.n_free + 1 > c.n_ctx:
         raise BadInput(f"n_fix {max(lengths)} + n_free {args.n_free} + 1 exceeds n_ctx {c.n_ctx}")
     os.makedirs(args.out_dir, exist_ok=True)
-    cert_dir = args.cert_dir or os.path.join(args.out_dir, "certs")
-    os.makedirs(cert_dir, exist_ok=True)
+    cert_rel = os.path.relpath(args.cert_dir, args.out_dir) if args.cert_dir else "certs"
     start = time.perf_counter()
     theory = {}
     for r, word in tokens.items():
@@ -166,22 +160,25 @@ def cmd_overwhelm_repetition(args):
                      "n_star": crossing(heads, ptp), "alpha_fix_n1": alpha_fix}
     tasks = [{"id": f"rep-{r}-n{n}-{m}", "kind": "repetition", "n_fix": n, "sample": 0, "repeated": r,
               "free_name": f"any:{args.n_free}", "method": m, "step": None, "prefix": [r] * n, "query": r,
-              "free_spec": ("any", args.n_free, None), "model": args.model, "cert_dir": cert_dir,
+              "free_spec": ("any", args.n_free, None), "cert": os.path.join(cert_rel, f"rep-{r}-n{n}-{m}.json"),
               "check": not args.no_check and (args.check_max_n is None or n <= args.check_max_n),
               "backend": args.backend}
              for r in tokens for n in lengths for m in args.methods.split(",")]
-    results = os.path.join(args.out_dir, "cells.jsonl")
-    rows = run_tasks(tasks, args.jobs, results, "repetition sweep")
-    if args.check_limit:
-        rows = check_later(rows, args.check_limit, args.jobs, results, args.model, args.backend)
-    if args.check_first:   # the smallest certified n_fix of each (token, method): where convergence begins
-        firsts = {}
-        for x in sorted(rows, key=lambda x: x["n_fix"]):
-            if x["verdict"] == "Overwhelmed":
-                firsts.setdefault((x["repeated"], x["method"]), x)
-        todo = [x for x in firsts.values() if x["checked"] is None]
-        done = {x["id"]: x for x in check_later(todo, len(todo), args.jobs, results, args.model, args.backend)}
-        rows = [done.get(x["id"], x) for x in rows]
+    with execution.Executor(execution.options(args)) as ex:
+        rows = run_tasks(ex, tasks, args.model, args.out_dir, "cells.jsonl", "repetition sweep")
+        failed = [x for x in rows if x.get("status") != "done"]
+        rows = [x for x in rows if x.get("status") == "done"]
+        if args.check_limit:
+            rows = check_later(ex, rows, args.check_limit, args.out_dir, "cells.jsonl", args.model, args.backend)
+        if args.check_first:   # the smallest certified n_fix of each (token, method): where convergence begins
+            firsts = {}
+            for x in sorted(rows, key=lambda x: x["n_fix"]):
+                if x["verdict"] == "Overwhelmed":
+                    firsts.setdefault((x["repeated"], x["method"]), x)
+            todo = [x for x in firsts.values() if x["checked"] is None]
+            done = {x["id"]: x for x in check_later(ex, todo, len(todo), args.out_dir, "cells.jsonl", args.model,
+                                                    args.backend)}
+            rows = [done.get(x["id"], x) for x in rows]
     for row in rows:   # the closed form is the naive bound's; tight has none
         row["W_predicted"] = float(predicted_w(theory[row["repeated"]]["heads"], [row["n_fix"]])[0]) \
             if row["method"] == "naive" else None
@@ -200,18 +197,23 @@ def cmd_overwhelm_repetition(args):
                 (abs(x["W_float"] - x["W_predicted"]) / x["W_predicted"] for x in naive), default=None),
             "ptp_range": [min(x["ptp"] for x in mine), max(x["ptp"] for x in mine)],
             "first_certified_n_fix": first}
-    with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
+    execution.write_json(os.path.join(args.out_dir, "summary.json"), summary)   # strict: no NaN
     certified = [x for x in rows if x["verdict"] == "Overwhelmed"]
     checked = [x for x in certified if x["checked"] is not None]
     ok = sum(x["checked"] == "VERIFIED" for x in checked)
     for label, s in summary.items():
+        slope = "-" if s["fitted_slope_naive"] is None else f"{s['fitted_slope_naive']:.4f}"
         print(f"r={label!r}: PTP {s['ptp']:.4g}, K {s['K']:.4g}, predicted n* {s['predicted_n_star']}, "
-              f"fitted slope {s['fitted_slope_naive']:.4f}, first certified {s['first_certified_n_fix']}")
+              f"fitted slope {slope}, first certified {s['first_certified_n_fix']}")
     print(f"{len(rows)} cells in {time.perf_counter() - start:.0f} s this run; {len(certified)} Overwhelmed; "
           f"{len(checked)} certificates checked by tcert-check ({ok} VERIFIED) in "
           f"{sum(x['check_seconds'] for x in checked):.0f} s of checker time; results in {args.out_dir}")
-    return 0 if ok == len(checked) else 1
+    for x in failed:
+        print(f"  {x['id']}: cell ended with {x['status']}: {x.get('detail')}")
+    for x in checked:
+        if x["checked"] != "VERIFIED":
+            print(f"  {x['id']}: {x['checked']}")
+    return 0 if ok == len(checked) and not failed else 1
 
 
 def add_command(esub):
@@ -225,7 +227,6 @@ def add_command(esub):
     p.add_argument("--n-free", type=int, default=4, help="free positions (any token each)")
     p.add_argument("--lengths", default=None, help="n_fix values (default 1, 3, 10, ... up to n_ctx)")
     p.add_argument("--methods", default="naive,tight")
-    p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-check", action="store_true", help="do not run the checker on certificates")
     p.add_argument("--check-max-n", type=int, default=None,
                    help="check certificates inline only up to this n_fix (a check costs time linear in n_fix)")
@@ -234,4 +235,5 @@ def add_command(esub):
     p.add_argument("--check-first", action="store_true",
                    help="with --no-check: afterwards check the smallest certified n_fix of each token and method")
     p.add_argument("--backend", choices=("flint", "mpmath"), default="flint")
+    execution.add_arguments(p)
     p.set_defaults(func=cmd_overwhelm_repetition)

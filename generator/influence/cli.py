@@ -80,7 +80,7 @@ def demo_section(model, out_dir: str, backend: str) -> bool:
     allows one, and the corollary on the shipped 2-layer causal model `certificates/influence/robust2`."""
     from tcert.generator.demo import check_and_report
     cfg = model.config
-    print(f"[influence] {cfg.n_layers} layer(s), {cfg.attention} attention: how far can one non-final token move the output?")
+    print(f"[influence] {cfg.n_layers} layer(s), {cfg.attention_dir} attention: how far can one non-final token move the output?")
     cert = influence_certificate(model)
     path = os.path.join(out_dir, "influence.json")
     certificate.write(path, cert)

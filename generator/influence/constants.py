@@ -22,7 +22,7 @@ DEFAULT_POWER = 6
 
 def default_rate(cfg) -> str:
     """The rate this family certifies for the model's mask."""
-    return "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
+    return "harmonic" if cfg.attention_dir == "causal" and cfg.n_layers > 1 else "inverse"
 
 
 def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int = DEFAULT_POWER,
@@ -30,6 +30,8 @@ def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int 
     """(claim, evidence, needs) of an influence certificate for `model`; needs as certified_needs returns."""
     cfg, t = model.config, model.tensors
     n_max = cfg.n_ctx if n_max is None else n_max
+    if cfg.llama_pieces():   # the checker refuses them too (its constants cover LayerNorm and plain MLPs)
+        raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
     if not 2 <= n_min <= n_max <= cfg.n_ctx:
         raise BadInput(f"need 2 <= n_min <= n_max <= n_ctx = {cfg.n_ctx}")
     ec = centre(t["embed.W_E"])

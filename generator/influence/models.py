@@ -44,7 +44,7 @@ def toy_model(n_layers=2, d_vocab=5, d_model=8, n_heads=2, d_head=4, d_mlp=16, n
     cfg = {"n_layers": n_layers, "d_model": d_model, "n_heads": n_heads, "d_head": d_head, "d_vocab": d_vocab,
            "n_ctx": n_ctx, "d_mlp": None if attn_only else d_mlp, "act_fn": act_fn,
            "normalization_type": "LN" if ln else None, "eps": eps, "final_ln": final_ln, "attn_only": attn_only,
-           "attention": attention, "parallel_attn_mlp": parallel,
+           "attention_dir": attention, "parallel_attn_mlp": parallel,
            "positional_embedding_type": "rotary" if rotary else "none" if nope else "standard"}
     return t, cfg
 
@@ -84,7 +84,7 @@ def write_examples(out_dir: str, anchor_npz: str) -> list:
         certificate.write(path, c)
         written.append(path)
 
-    m = model("maxof4_seed123", import_npz(anchor_npz, {"attention": "causal"}))
+    m = model("maxof4_seed123", import_npz(anchor_npz, {"attention_dir": "causal"}))
     cert("maxof4_seed123", "influence", influence_certificate(m))
     m = model("robust2", robust_toy_model(2, n_ctx=64, attention="causal"))
     cert("robust2", "influence", influence_certificate(m))

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy.special import erf
 
-from tcert.checker.modelfile import Model, parse_config
+from tcert.checker.modelfile import Model, kv_names, parse_config
 
 # Elements (float64) a chunk may materialise per intermediate; a few of these live at once, so
 # the peak stays far below 4 GB even on the largest supported shapes.
@@ -54,17 +54,23 @@ class _Weights:
         h, d, dh = c.n_heads, c.d_model, c.d_head
         # Fused projections: one (D, 3*H*Dh) matmul instead of three per-head einsums.
         self.qkv_w, self.qkv_b, self.o_w = [], [], []
+        # Grouped-query attention: each key/value head repeated for the n_heads / n_key_value_heads query heads
+        # that read it (consecutive heads, as TransformerLens and Hugging Face repeat them).
+        kv, rep = kv_names(c), h // (c.n_key_value_heads or h)
         for i in range(c.n_layers):
             p = f"blocks.{i}.attn."
-            ws = [t[p + m].transpose(1, 0, 2).reshape(d, h * dh) for m in ("W_Q", "W_K", "W_V")]
-            bs = [t[p + m].reshape(h * dh) for m in ("b_Q", "b_K", "b_V")]
+            w3 = [t[p + "W_Q"]] + [np.repeat(t[p + kv[m]], rep, axis=0) for m in ("W_K", "W_V")]
+            b3 = [t[p + "b_Q"]] + [np.repeat(t[p + kv[m]], rep, axis=0) for m in ("b_K", "b_V")]
+            ws = [w.transpose(1, 0, 2).reshape(d, h * dh) for w in w3]
+            bs = [b.reshape(h * dh) for b in b3]
             self.qkv_w.append(np.ascontiguousarray(np.concatenate(ws, axis=1)))
             self.qkv_b.append(np.concatenate(bs))
             self.o_w.append(np.ascontiguousarray(t[p + "W_O"].reshape(h * dh, d)))
         if c.rotary:
             rd = c.rotary_dim
-            # theta_j = base^(-2j/rotary_dim), j = 0..rd/2-1 (the model's own base and rotary_dim).
-            self.theta = float(c.rotary_base) ** (-2.0 * np.arange(rd // 2) / rd)
+            # theta_j = base^(-2j/rotary_dim) / rotary_scaling_factor, j = 0..rd/2-1 (the model's own base and
+            # rotary_dim; linear RoPE scaling divides every frequency by the factor).
+            self.theta = float(c.rotary_base) ** (-2.0 * np.arange(rd // 2) / rd) / float(c.rotary_scaling_factor)
         self._fast = {}
         self._lock = threading.Lock()
 
@@ -104,8 +110,14 @@ def _layer_norm(x, w, b, eps):
     return xc / np.sqrt(var + eps) * w + b
 
 
+def _rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
 def _ln(W: _Weights, x, name):
-    """LayerNorm `name` (e.g. 'blocks.0.ln1') or the identity when the model has no normalization."""
+    """LayerNorm or RMSNorm `name` (e.g. 'blocks.0.ln1'), or the identity when the model has no normalization."""
+    if W.c.has_rms:
+        return _rms_norm(x, W.t[name + ".w"], W.eps)
     if not W.c.has_ln:
         return x
     return _layer_norm(x, W.t[name + ".w"], W.t[name + ".b"], W.eps)
@@ -118,6 +130,8 @@ def _act(x, name):
         return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     if name == "gelu_new":  # tanh approximation of GPT-2 / TransformerLens
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    if name == "silu":  # x sigmoid(x), written so that exp never overflows
+        return x * np.exp(-np.logaddexp(0.0, -x))
     raise ValueError(f"unknown act_fn {name!r}")
 
 
@@ -169,7 +183,7 @@ def _attention(W: _Weights, i, a, q_from):
         q = apply_rotary(q, cos[q_from:], sin[q_from:], c.rotary_dim, c.rotary_adjacent_pairs)
         k = apply_rotary(k, cos, sin, c.rotary_dim, c.rotary_adjacent_pairs)
     scores = np.matmul(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1)) / W.scale  # (B,H,nq,n)
-    if c.attention == "causal":
+    if c.attention_dir == "causal":
         qpos = np.arange(q_from, n)[:, None]
         scores = np.where(np.arange(n)[None, :] > qpos, -np.inf, scores)
     scores -= scores.max(axis=-1, keepdims=True)
@@ -183,6 +197,9 @@ def _attention(W: _Weights, i, a, q_from):
 def _mlp(W: _Weights, i, m):
     p = f"blocks.{i}.mlp."
     t = W.t
+    if W.c.gated_mlp:  # TransformerLens GatedMLP: b_in is added after the gate product
+        post = _act(m @ t[p + "W_gate"], W.c.act_fn) * (m @ t[p + "W_in"]) + t[p + "b_in"]
+        return post @ t[p + "W_out"] + t[p + "b_out"]
     return _act(m @ t[p + "W_in"] + t[p + "b_in"], W.c.act_fn) @ t[p + "W_out"] + t[p + "b_out"]
 
 
@@ -210,7 +227,7 @@ def _embed(W: _Weights, tokens):
 
 def _unembed(W: _Weights, resid):
     if W.c.final_ln:
-        resid = _layer_norm(resid, W.t["ln_final.w"], W.t["ln_final.b"], W.eps)
+        resid = _ln(W, resid, "ln_final")
     return resid @ W.t["unembed.W_U"] + W.t["unembed.b_U"]
 
 

@@ -17,7 +17,7 @@ def _group(name: str) -> str:
     """Group of a tensor name: its top-level module, or within a block its sub-module."""
     parts = name.split(".")
     if parts[0] == "blocks":
-        return {"ln1": "layernorm", "ln2": "layernorm"}.get(parts[2], parts[2])
+        return {"ln1": "layernorm", "ln2": "layernorm"}.get(parts[2], parts[2])   # RMSNorm gains too
     return "layernorm" if parts[0] == "ln_final" else parts[0]
 
 
@@ -50,19 +50,23 @@ def _arch_summary(c: dict) -> str:
     if c["attn_only"]:
         parts.append("attention-only")
     else:
-        parts.append(f"MLP {c['d_mlp']} {c['act_fn']}" + (" parallel" if c["parallel_attn_mlp"] else " sequential"))
+        parts.append(f"MLP {c['d_mlp']} {c['act_fn']}" + (" gated" if c["gated_mlp"] else "")
+                     + (" parallel" if c["parallel_attn_mlp"] else " sequential"))
+    if c["n_key_value_heads"]:
+        parts.append(f"{c['n_key_value_heads']} key/value head(s)")
     if c["normalization_type"]:
-        parts.append("LN" + (" shared" if c["shared_ln"] else "") + (" +final" if c["final_ln"] else ""))
+        parts.append(c["normalization_type"] + (" shared" if c["shared_ln"] else "") + (" +final" if c["final_ln"] else ""))
     else:
         parts.append("no LN")
     if c["positional_embedding_type"] == "rotary":
         pairs = "adjacent" if c["rotary_adjacent_pairs"] else "rotate-half"
-        parts.append(f"RoPE dim {c['rotary_dim']} base {c['rotary_base']} {pairs}")
+        scaled = f" /{c['rotary_scaling_factor']}" if c["rotary_scaling_factor"] != "1" else ""
+        parts.append(f"RoPE dim {c['rotary_dim']} base {c['rotary_base']}{scaled} {pairs}")
     elif c["positional_embedding_type"] == "none":
         parts.append("no positions")
     else:
         parts.append("learned positions")
-    parts.append(c["attention"])
+    parts.append(c["attention_dir"])
     parts.append("scale " + (c["attn_scale"] if c["attn_scale"] is not None else "sqrt(d_head)"))
     return ", ".join(parts)
 

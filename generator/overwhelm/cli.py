@@ -17,7 +17,7 @@ SHIPPED_CERT = os.path.join(SHIPPED, "perm_lp.json")
 def _tokenizer_ids(model, text, what):
     """Token ids of `text` with the tokenizer the model file names (tcert.generator.train.text_data), or BadInput."""
     from tcert.generator.train.text_data import encode, model_tokenizer
-    ids = encode(model_tokenizer(model.path, model.config.tokenizer), text)
+    ids = encode(model_tokenizer(model.path, model.config.tokenizer_name), text)
     if not ids:
         raise BadInput(f"{what}: {text[:40]!r} encodes to no tokens")
     return ids
@@ -25,7 +25,8 @@ def _tokenizer_ids(model, text, what):
 
 def cmd_overwhelm(args) -> int:
     """Run Algorithm 1/2 in floats; write a certificate only when Overwhelmed (else exit 3)."""
-    from tcert.generator.overwhelm.naive_lp import format_report, generate, parse_free
+    from tcert.generator.overwhelm.claim import parse_free
+    from tcert.generator.overwhelm.naive_lp import format_report, generate
     model = load_model(args.model)
     if args.prefix_text is not None:
         prefix = _tokenizer_ids(model, args.prefix_text, "--prefix-text")

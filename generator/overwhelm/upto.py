@@ -3,7 +3,8 @@
 Length 0 is a prediction claim on prefix + [query]; each length L >= 1 gets the evidence of an `any:L`
 certificate (any method), stored as `evidence.lengths[L]`. A certificate is written only when every
 length is Overwhelmed with the same predicted token k. For methods naive/lp the length-independent work
-is done once (`Shared`, mirroring the checker's `overwhelm_bounds.UptoTables`); method tight runs per length.
+is done once (`Shared`, mirroring the checker's `tcert.checker.kinds.overwhelm.upto.UptoTables`); method
+tight runs per length.
 """
 
 import numpy as np
@@ -11,10 +12,13 @@ import numpy as np
 from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.overwhelm.bounds import MAX_TABLE_ENTRIES, UptoTables
+from tcert.checker.kinds.overwhelm.tables import table_fits
+from tcert.checker.kinds.overwhelm.upto import UptoTables
 
 from tcert.generator import certificate
-from tcert.generator.overwhelm.naive_lp import FloatModel, float_fixed
+from tcert.generator.overwhelm.naive_lp import generate
+from tcert.generator.overwhelm.tables import FloatModel, float_fixed
+from tcert.generator.overwhelm.tight import generate_tight
 from tcert.generator.prediction import prediction_claim
 
 
@@ -37,7 +41,7 @@ class Shared:
         self.V = np.stack([Xa @ fm.WV[h] for h in range(H)])                          # (H, vocab, d_head)
 
     def float_tables(self, L: int) -> dict:
-        """generator.overwhelm.float_tables for free length L, from the shared tables."""
+        """tcert.generator.overwhelm.tables.float_tables for free length L, from the shared tables."""
         _, lq, alpha_fix, u = float_fixed(self.fm, self.prefix, self.query, L)
         return dict(lq=lq, alpha_fix=alpha_fix, u=u, values=self.V - u[:, None, :], S=self.S[:, :, self.n - L:])
 
@@ -69,8 +73,6 @@ def generate_upto(model, prefix, query, n, method="lp", value_bound="auto", hint
     """Returns (cert or None, report). report["lengths"][L] is the per-length report (L >= 1) and
     report["failing"] lists the lengths that are not Overwhelmed (or predict a different token).
     force=True (benchmarks) writes the certificate even so, with every length's forced evidence."""
-    from tcert.generator.overwhelm.naive_lp import generate
-    from tcert.generator.overwhelm.tight import generate_tight
     c = model.config
     if len(prefix) + n + 1 > c.n_ctx:
         raise BadInput(f"need n_fix + N + 1 <= n_ctx = {c.n_ctx}")
@@ -81,7 +83,7 @@ def generate_upto(model, prefix, query, n, method="lp", value_bound="auto", hint
     failing = [] if sample is not None else [0]
     evidences, reports = [sample], [{"verdict": "Overwhelmed" if sample else "Inconclusive", "predicted": k}]
     if method != "tight" and value_bound == "auto":   # the whole vocabulary is allowed at every length
-        value_bound = "table" if c.d_vocab * c.d_vocab * c.n_heads <= MAX_TABLE_ENTRIES else "norm"
+        value_bound = "table" if table_fits(c, c.d_vocab) else "norm"
     shared = Shared(model, prefix, query, n, value_bound) if method != "tight" and n >= 1 else None
     for L in range(1, n + 1):
         if method == "tight":

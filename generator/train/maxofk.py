@@ -27,7 +27,7 @@ def maxofk_config(k: int, d_vocab: int, d_model: int) -> dict:
     """The tcert config of a Max-of-K model (TransformerLens: attn_only, no LN, learned positions)."""
     return {"n_layers": 1, "d_model": d_model, "n_heads": 1, "d_head": d_model, "d_vocab": d_vocab,
             "n_ctx": k, "attn_only": True, "normalization_type": None,
-            "positional_embedding_type": "standard", "attention": "causal"}
+            "positional_embedding_type": "standard", "attention_dir": "causal"}
 
 
 def train_maxofk(k: int = 4, seed: int = 0, d_vocab: int = 64, d_model: int = 32, steps: int = 3000,
@@ -68,7 +68,7 @@ def train_maxofk(k: int = 4, seed: int = 0, d_vocab: int = 64, d_model: int = 32
         opt.zero_grad()
         loss.backward()
         opt.step()
-        history.append(float(loss))
+        history.append(loss.item())
         if bar is not None and step % 100 == 0:
             bar.set_postfix(loss=f"{history[-1]:.4f}")
     tensors = {name: t.detach().numpy().astype(np.float32) for name, t in p.items()}

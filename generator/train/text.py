@@ -38,8 +38,8 @@ def neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tokenizer, rope=True)
             "positional_embedding_type": "rotary" if rope else "none", "rotary_dim": d_head if rope else None,
             "rotary_base": ROTARY_BASE,
             "rotary_adjacent_pairs": False, "parallel_attn_mlp": True, "shared_ln": True,
-            "final_ln": False, "attn_only": False, "attention": "causal", "attn_scale": None,
-            "tokenizer": tokenizer}
+            "final_ln": False, "attn_only": False, "attention_dir": "causal", "attn_scale": None,
+            "tokenizer_name": tokenizer}
 
 
 def init_params(torch, cfg, gen) -> dict:

@@ -145,6 +145,8 @@ def exact_act(fn, x):
         return x if x > 0 else REF.mpf(0)
     if fn == "gelu":
         return x * (1 + REF.erf(x / REF.sqrt(2))) / 2
+    if fn == "silu":
+        return x / (1 + REF.exp(-x))
     return x * (1 + REF.tanh(REF.sqrt(2 / REF.pi) * (x + REF.mpf(44715) / 10 ** 6 * x ** 3))) / 2
 
 
@@ -154,7 +156,7 @@ class _Cfg:
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-@pytest.mark.parametrize("fn", ["relu", "gelu", "gelu_new"])
+@pytest.mark.parametrize("fn", ["relu", "gelu", "gelu_new", "silu"])
 @settings(max_examples=10)
 @given(seed=SEEDS, eps=EPS, d=st.integers(1, 6))
 def test_nonlinear_ball(name, fn, seed, eps, d):
@@ -167,6 +169,32 @@ def test_nonlinear_ball(name, fn, seed, eps, d):
     for v in (rng.standard_normal(d), np.ones(d)):
         x = [REF.mpf(float(a)) + e for a, e in zip(c[0], direction(v, eps))]
         assert_inside(B, out, 0, [exact_act(fn, u) for u in x])
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("fn", ["relu", "gelu", "silu"])
+@settings(max_examples=10)
+@given(seed=SEEDS, eps=EPS, d=st.integers(1, 6), scale=st.sampled_from([0.3, 2.0, 10.0]))
+def test_gated_ball(name, fn, seed, eps, d, scale):
+    """fn(g) * u + b from balls of g and u: exact images inside, for random directions and for the
+    direction that moves g and u together along their centres' signs (the bound's worst case)."""
+    B, rng = make_backend(name), np.random.default_rng(seed)
+    (G, cg), (U, cu) = ball_rows(B, rng, 1, d, eps, scale), ball_rows(B, rng, 1, d, eps / 3, scale)
+    bias = rng.standard_normal(d)
+    with B.precision():
+        out = E.gated(B, G, U, activation(B, _Cfg(fn)), act_lipschitz(B, fn), B.array(bias[None, :]).rows()[0])
+    for vg, vu in ((rng.standard_normal(d), rng.standard_normal(d)), (np.sign(cu[0]) + 0.5, np.sign(cg[0]) + 0.5)):
+        g = [REF.mpf(float(a)) + e for a, e in zip(cg[0], direction(vg, eps))]
+        u = [REF.mpf(float(a)) + e for a, e in zip(cu[0], direction(vu, eps / 3))]
+        assert_inside(B, out, 0, [exact_act(fn, a) * b + REF.mpf(float(c)) for a, b, c in zip(g, u, bias)])
+
+
+def test_silu_lipschitz_bound():
+    """silu's constant 5/4 bounds the slope: difference quotients on a grid stay below it (max ~1.0998)."""
+    B = make_backend("flint")
+    L, h = mp(act_lipschitz(B, "silu")), REF.mpf(2) ** -40
+    slopes = [abs(exact_act("silu", t + h) - exact_act("silu", t)) / h for t in (REF.mpf(k) / 8 for k in range(-160, 161))]
+    assert max(slopes) <= L and max(slopes) > REF.mpf("1.09")
 
 
 def test_act_lipschitz_is_attained_nearly():

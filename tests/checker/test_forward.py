@@ -42,6 +42,8 @@ def _naive_act(x, name):
         return max(x, 0.0)
     if name == "gelu":
         return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+    if name == "silu":
+        return x / (1 + math.exp(-x))
     return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
@@ -50,11 +52,16 @@ def _matvec(v, m):
     return [sum(v[i] * float(m[i][j]) for i in range(len(v))) for j in range(m.shape[1])]
 
 
-def _naive_rotate(x, p, rd, base, adjacent):
+def _naive_rms(v, w, eps):
+    s = math.sqrt(sum(x * x for x in v) / len(v) + eps)
+    return [v[i] / s * float(w[i]) for i in range(len(v))]
+
+
+def _naive_rotate(x, p, rd, base, adjacent, factor=1):
     """Rotate list x (one head's q or k) at position p, component pairs spelled out one by one."""
     out = list(x)
     for j in range(rd // 2):
-        theta = float(base) ** (-2.0 * j / rd)
+        theta = float(base) ** (-2.0 * j / rd) / float(factor)
         a, b = (2 * j, 2 * j + 1) if adjacent else (j, j + rd // 2)
         c, s = math.cos(p * theta), math.sin(p * theta)
         out[a] = x[a] * c - x[b] * s
@@ -72,6 +79,8 @@ def naive_all_logits(model, tokens):
         resid = [[a + float(b) for a, b in zip(resid[p], t["pos_embed.W_pos"][p])] for p in range(n)]
 
     def ln(v, name):
+        if c.normalization_type == "RMS":
+            return _naive_rms(v, t[name + ".w"], eps)
         return _naive_ln(v, t[name + ".w"], t[name + ".b"], eps) if c.has_ln else list(v)
 
     for i in range(c.n_layers):
@@ -80,15 +89,21 @@ def naive_all_logits(model, tokens):
         attn = [[float(x) for x in t[pre + "attn.b_O"]] for _ in range(n)]
         for h in range(c.n_heads):
             def proj(m, p):
-                return [x + float(b) for x, b in zip(_matvec(a[p], t[pre + f"attn.W_{m}"][h]), t[pre + f"attn.b_{m}"][h])]
+                if m != "Q" and c.n_key_value_heads:   # grouped: query head h reads key/value head h // group
+                    g = h // (c.n_heads // c.n_key_value_heads)
+                    w, b = t[pre + f"attn._W_{m}"][g], t[pre + f"attn._b_{m}"][g]
+                else:
+                    w, b = t[pre + f"attn.W_{m}"][h], t[pre + f"attn.b_{m}"][h]
+                return [x + float(y) for x, y in zip(_matvec(a[p], w), b)]
             q = [proj("Q", p) for p in range(n)]
             k = [proj("K", p) for p in range(n)]
             v = [proj("V", p) for p in range(n)]
             if c.rotary:
-                q = [_naive_rotate(q[p], p, c.rotary_dim, c.rotary_base, c.rotary_adjacent_pairs) for p in range(n)]
-                k = [_naive_rotate(k[p], p, c.rotary_dim, c.rotary_base, c.rotary_adjacent_pairs) for p in range(n)]
+                rot = (c.rotary_dim, c.rotary_base, c.rotary_adjacent_pairs, c.rotary_scaling_factor)
+                q = [_naive_rotate(q[p], p, *rot) for p in range(n)]
+                k = [_naive_rotate(k[p], p, *rot) for p in range(n)]
             for p in range(n):
-                keys = range(p + 1) if c.attention == "causal" else range(n)
+                keys = range(p + 1) if c.attention_dir == "causal" else range(n)
                 sc = {r: sum(x * y for x, y in zip(q[p], k[r])) / scale for r in keys}
                 mx = max(sc.values())
                 e = {r: math.exp(s - mx) for r, s in sc.items()}
@@ -100,7 +115,11 @@ def naive_all_logits(model, tokens):
             continue
 
         def mlp(m):
-            hid = [_naive_act(x + float(b), c.act_fn) for x, b in zip(_matvec(m, t[pre + "mlp.W_in"]), t[pre + "mlp.b_in"])]
+            if c.gated_mlp:
+                gate = [_naive_act(x, c.act_fn) for x in _matvec(m, t[pre + "mlp.W_gate"])]
+                hid = [g * x + float(b) for g, x, b in zip(gate, _matvec(m, t[pre + "mlp.W_in"]), t[pre + "mlp.b_in"])]
+            else:
+                hid = [_naive_act(x + float(b), c.act_fn) for x, b in zip(_matvec(m, t[pre + "mlp.W_in"]), t[pre + "mlp.b_in"])]
             return [x + float(b) for x, b in zip(_matvec(hid, t[pre + "mlp.W_out"]), t[pre + "mlp.b_out"])]
 
         ln2 = pre + ("ln1" if c.shared_ln else "ln2")
@@ -110,7 +129,7 @@ def naive_all_logits(model, tokens):
             mid = [[x + y for x, y in zip(resid[p], attn[p])] for p in range(n)]
             resid = [[x + y for x, y in zip(mid[p], mlp(ln(mid[p], ln2)))] for p in range(n)]
     if c.final_ln:
-        resid = [_naive_ln(r, t["ln_final.w"], t["ln_final.b"], eps) for r in resid]
+        resid = [ln(r, "ln_final") for r in resid]
     return np.array([[x + float(b) for x, b in zip(_matvec(r, t["unembed.W_U"]), t["unembed.b_U"])] for r in resid])
 
 
@@ -131,6 +150,10 @@ VARIANTS = [
     ("preln", 3, dict(positional_embedding_type="rotary", rotary_adjacent_pairs=True, act_fn="relu",
                       eps="1/10", rotary_base=100)),
     ("preln", 1, dict(parallel_attn_mlp=True, shared_ln=True, final_ln=False, act_fn="gelu")),
+    ("llama", 2, dict(n_key_value_heads=1)),
+    ("llama", 1, dict(bias_std=0.3, rotary_scaling_factor="5/2", rotary_base=50)),
+    ("llama", 1, dict(gated_mlp=False, act_fn="gelu", use_attn_scale=False, n_key_value_heads=2)),
+    ("preln", 2, dict(normalization_type="RMS", act_fn="silu", parallel_attn_mlp=True, shared_ln=True, bias_std=0.2)),
 ]
 
 
@@ -216,8 +239,8 @@ def test_paper_size_forward_runs():
 def test_rotary_against_hand_computation(adjacent):
     """One head, d_head 6, rotary_dim 4, base 100: rotate q/k at positions 2 and 5 by hand."""
     x = np.arange(1.0, 7.0)  # (1, 2, 3, 4, 5, 6)
-    base, rd = 100.0, 4
-    th = [1.0, 100.0 ** -0.5]  # theta_j = base^(-2j/rd) = 1, 0.1
+    rd = 4
+    th = [1.0, 100.0 ** -0.5]  # theta_j = base^(-2j/rd) with base 100: 1, 0.1
     for p in (0, 2, 5):
         cos, sin = F.rotary_cos_sin(np.array(th), [p])
         got = F.apply_rotary(x[None, None, :], cos, sin, rd, adjacent)[0, 0]

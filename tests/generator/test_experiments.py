@@ -16,7 +16,7 @@ SMALL = CERTIFICATES / "models" / "text_small.safetensors"
 @pytest.fixture(scope="module")
 def tok():
     m = load_model(str(SMALL))
-    return text_data.model_tokenizer(str(SMALL), m.config.tokenizer)
+    return text_data.model_tokenizer(str(SMALL), m.config.tokenizer_name)
 
 
 def test_fixed_strings_are_deterministic_and_of_the_asked_length(tok):
@@ -44,7 +44,7 @@ def test_sweep_certifies_resumes_and_writes_results(tmp_path):
     cell = by_id["blotches-whatisit-s0-n1500-lp"]
     assert cell["verdict"] == "Overwhelmed" and cell["W"] < cell["ptp"] / 2
     assert by_id["blotches-whatisit-s0-n1500-naive"]["verdict"] == "Inconclusive"
-    cert = json.loads(open(cell["certificate"]).read())
+    cert = json.loads((out / cell["certificate"]).read_text())  # paths in a run folder are relative to it
     assert cert["claim"]["free"]["tokens"] == text_data.encode(text_data.model_tokenizer(str(SMALL), "text_small.vocab.txt"),
                                                                "The blotches ran well down the sides of his face")
     gen = [json.loads(line) for line in (out / "generation.jsonl").read_text().splitlines()]
@@ -85,7 +85,7 @@ def test_tight_cells_in_the_sweep(tmp_path):
             assert r["W"] <= rows[r["id"].replace("-tight", "-naive")]["W"] * (1 + 1e-9)
     cell = rows["blotches-whatisit-s0-n1500-tight"]
     assert cell["verdict"] == "Overwhelmed" and cell["checked"] == "VERIFIED"
-    assert json.loads(open(cell["certificate"]).read())["evidence"]["method"] == "tight"
+    assert json.loads((out / cell["certificate"]).read_text())["evidence"]["method"] == "tight"
     assert "tight_bound" in (out / "points.csv").read_text().splitlines()[0]
 
 

@@ -1,4 +1,7 @@
-"""Tests of the importers (TransformerLens npz / safetensors, Hugging Face GPT-NeoX) and inspect_model."""
+"""Tests of the importers (TransformerLens npz / safetensors, Hugging Face GPT-NeoX) and inspect_model.
+
+GPT-2, the Llama family and every dtype: tests/generator/test_hf_importers.py; TransformerLens objects in
+memory: tests/generator/test_transformer_lens.py."""
 
 import json
 
@@ -37,7 +40,7 @@ def test_anchor_npz_config_is_inferred():
     with np.load(ANCHORS / "maxof4_seed123.npz") as raw:
         assert np.array_equal(tensors["blocks.0.attn.W_Q"], raw["blocks__0__attn__W_Q"])
     model = F.as_model(tensors, cfg)
-    assert model.config.attn_scale is None and model.config.attention == "causal"
+    assert model.config.attn_scale is None and model.config.attention_dir == "causal"
 
 
 @pytest.mark.parametrize("arch, over", [
@@ -92,6 +95,18 @@ def test_npz_missing_biases_become_zero(tmp_path):
     got, gcfg = import_npz(str(tmp_path / "nb.npz"))
     assert not got["unembed.b_U"].any() and got["blocks.0.attn.b_Q"].shape == (2, 4)
     save_model(str(tmp_path / "nb.safetensors"), got, gcfg)
+
+
+def test_npz_folded_layer_norm(tmp_path):
+    """A folded state dict (TransformerLens LNPre: no ln weights at all) imports as LN with gain 1, bias 0."""
+    tensors, cfg = random_model("preln", seed=4, n_layers=2, ln_std=0, bias_std=0.1, **SMALL)
+    folded = {k: v for k, v in tensors.items() if ".ln" not in k and not k.startswith("ln_final")}
+    tensors.update({k: np.zeros_like(v) for k, v in tensors.items() if k.endswith((".ln1.b", ".ln2.b", "ln_final.b"))})
+    _write_npz(tmp_path / "folded.npz", folded)
+    got, gcfg = import_npz(str(tmp_path / "folded.npz"), {"act_fn": "gelu", "normalization_type": "LNPre"})
+    assert gcfg["normalization_type"] == "LN" and gcfg["final_ln"] and (got["blocks.1.ln2.w"] == 1).all()
+    toks = np.random.default_rng(0).integers(0, SMALL["d_vocab"], (3, SMALL["n_ctx"]))
+    np.testing.assert_array_equal(F.logits(F.as_model(got, gcfg), toks), F.logits(F.as_model(tensors, cfg), toks))
 
 
 def test_import_safetensors_with_json_and_metadata(tmp_path):
@@ -150,7 +165,7 @@ def test_gpt_neox_matches_transformers(tmp_path, case):
     tensors, cfg = import_gpt_neox(str(folder))
     assert cfg["parallel_attn_mlp"] == case["use_parallel_residual"]
     assert cfg["rotary_dim"] == int(8 * case.get("rotary_pct", 0.5))
-    assert not cfg["rotary_adjacent_pairs"] and cfg["attention"] == "causal" and cfg["final_ln"]
+    assert not cfg.get("rotary_adjacent_pairs", False) and cfg["attention_dir"] == "causal" and cfg["final_ln"]
     path = tmp_path / "m.safetensors"
     save_model(str(path), tensors, cfg)
     model = load_model(str(path))
@@ -198,9 +213,9 @@ def test_gpt_neox_refusals(tmp_path):
     (pick / "pytorch_model.bin").write_bytes(b"not opened")
     with pytest.raises(ValueError, match="never unpickles"):
         import_gpt_neox(str(pick))
-    for change, msg in ((dict(hidden_act="silu"), "hidden_act"),
-                        (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4,
-                                               "partial_rotary_factor": 0.5}), "rope_type"),
+    for change, msg in ((dict(hidden_act="quick_gelu"), "hidden_act"),
+                        (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4,
+                                               "partial_rotary_factor": 0.5}), "rope_scaling 'yarn'"),
                         (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
                                                "partial_rotary_factor": 0.4}), "even"),
                         (dict(model_type="llama"), "gpt_neox")):

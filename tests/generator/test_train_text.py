@@ -125,10 +125,10 @@ def test_trained_file_has_the_paper_architecture(tiny):
     assert (c.n_layers, c.d_model, c.n_heads, c.d_head, c.d_mlp, c.d_vocab, c.n_ctx) == (1, 16, 2, 8, 32, 300, 64)
     assert c.positional_embedding_type == "rotary" and c.rotary_dim == c.d_head and not c.rotary_adjacent_pairs
     assert c.shared_ln and c.parallel_attn_mlp and c.normalization_type == "LN" and not c.final_ln
-    assert c.act_fn == "relu" and c.attention == "causal" and c.attn_scale is None
+    assert c.act_fn == "relu" and c.attention_dir == "causal" and c.attn_scale is None
     assert c.eps == __import__("fractions").Fraction(1, 100000)
-    assert c.tokenizer == "m.vocab.txt"
-    tok = text_data.model_tokenizer(str(d / "m.safetensors"), c.tokenizer)
+    assert c.tokenizer_name == "m.vocab.txt"
+    tok = text_data.model_tokenizer(str(d / "m.safetensors"), c.tokenizer_name)
     assert tok.get_vocab_size() == c.d_vocab
 
 
@@ -147,7 +147,7 @@ def test_shipped_small_model():
     model = load_model(str(SMALL))
     c = model.config
     assert c.d_model <= 128 and 1000 <= c.d_vocab <= 8000 and c.shared_ln and c.rotary
-    tok = text_data.model_tokenizer(str(SMALL), c.tokenizer)
+    tok = text_data.model_tokenizer(str(SMALL), c.tokenizer_name)
     assert tok.get_vocab_size() == c.d_vocab
     # Far better than uniform on held-out news: next-token loss of a few held-out sentences.
     losses = []

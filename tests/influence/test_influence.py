@@ -72,7 +72,7 @@ def test_verifies_and_backends_agree(tmp_path, name):
     ob_m = verify(cpath, mpath, "mpmath")
     assert ob_f.summary == ob_m.summary
     cfg = model.config
-    expected = "harmonic" if cfg.attention == "causal" and cfg.n_layers > 1 else "inverse"
+    expected = "harmonic" if cfg.attention_dir == "causal" and cfg.n_layers > 1 else "inverse"
     assert cert["claim"]["rate"] == expected
 
 
@@ -146,7 +146,7 @@ def test_exhaustive_soundness(tmp_path, name):
 
 def rho(cfg, k, m, n):
     """The position weight of layer k's E_k: H_m^(k-1)/m (causal) or 1/n (bidirectional); m is 1-based."""
-    if cfg.attention == "causal":
+    if cfg.attention_dir == "causal":
         return float(harmonic(m)) ** (k - 1) / m
     return 1.0 / n
 
@@ -177,7 +177,7 @@ def test_layerwise_lemmas(tmp_path, name):
                         for m in range(n):
                             if m != i:
                                 assert d[m] <= float(k_[f"E{k}"]) * rho(cfg, k, m + 1, n) * tol + 1e-12, (k, m)
-                            if cfg.attention == "causal" and m < i:
+                            if cfg.attention_dir == "causal" and m < i:
                                 assert d[m] < 1e-9
 
 

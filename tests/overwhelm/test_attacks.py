@@ -3,12 +3,15 @@
 Each test names the attack it documents and fails if the hole it guards reappears."""
 
 from fractions import Fraction
+from tcert.checker.assignment import assignment_bound
 from tcert.checker.errors import Rejected
 from tcert.checker.forward import Weights
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds import overwhelm as ow_kind
-from tcert.checker.kinds.overwhelm import bounds as owb
 from tcert.checker.kinds.overwhelm import final_ln as final_ln
+from tcert.checker.kinds.overwhelm.naive_lp import certified_deviation, lp_costs
+from tcert.checker.kinds.overwhelm.tables import beta_bounds, head_tables
+from tcert.checker.kinds.overwhelm.upto import UptoTables
 from tcert.checker.modelfile import load_model
 from tcert.generator.certificate import format_number
 from tcert.checker.obligations import Obligations
@@ -33,18 +36,15 @@ def _ow_model(tmp_path, seed, **kw):
 def _certified_w(B, model, prefix, query, kind, n_free, multiset, mode, method):
     """The checker's own deviation bound W for the claim (duals: the trivial ones that add nothing)."""
     allowed = list(range(model.config.d_vocab)) if multiset is None else sorted(set(multiset))
-    heads = owb.prepare(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()))
+    heads = head_tables(B, model, prefix, query, allowed, n_free, mode, set(multiset or ()))
     duals = None
     if method == "lp":
         duals = []
         for hd in heads:   # a feasible dual from the cost bounds: u = 0, v_c = min / max over rows
-            lo, hi = owb.lp_costs(B, hd, multiset)
-            duals.append({("min", "u"): [Fraction(0)] * n_free, ("max", "u"): [Fraction(0)] * n_free,
-                          ("min", "v"): [min(r[c] for r in lo) for c in range(n_free)],
-                          ("max", "v"): [max(r[c] for r in hi) for c in range(n_free)]})
-    alphas = ow_kind.alpha_bounds(B, heads, method, duals, multiset)
-    beta = [owb.betas(B, hd, *a) for hd, a in zip(heads, alphas)]
-    return owb.deviation(B, model, heads, beta)
+            lo, hi = lp_costs(B, hd, multiset)
+            duals.append({"min": ([Fraction(0)] * n_free, [min(r[c] for r in lo) for c in range(n_free)]),
+                          "max": ([Fraction(0)] * n_free, [max(r[c] for r in hi) for c in range(n_free)])})
+    return certified_deviation(B, model, heads, duals, multiset, Obligations(), "attack")
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -74,7 +74,7 @@ def test_overwhelm_deviation_bounds_every_logit_spread(tmp_path, seed):
         assert float(W) >= max(float(x) for x in per_head)
 
 
-def test_lp_bound_is_weak_duality_for_any_dual():
+def test_assignment_bound_is_weak_duality_for_any_dual():
     """Attack: duals chosen to make the assignment bound tighter than the truth. Whatever (u, v) the
     checker accepts, sum u + sum v must be <= the minimum (>= the maximum) over all permutations of the
     cost matrix, by brute force; feasible duals near the optimum must be accepted."""
@@ -90,7 +90,7 @@ def test_lp_bound_is_weak_duality_for_any_dual():
             v = [pick(costs[i][c] - u[i] for i in range(n)) + Fraction(rng.randint(-1, 1), 8)
                  for c in range(n)]
             try:
-                bound = owb.lp_bound(u, v, costs, sense, "redteam")
+                bound = assignment_bound(u, v, costs, sense)
             except Rejected:
                 continue
             accepted += 1
@@ -113,34 +113,30 @@ def test_betas_bound_the_free_share_at_every_corner():
         hd.alpha_fix = B.interval(f_lo, f_hi)
         amin = Fraction(rng.randint(0, 30), rng.randint(1, 9))
         amax = amin + Fraction(rng.randint(0, 30), 3)
-        bmin, bmax = owb.betas(B, hd, amin, amax)
+        bmin, bmax = beta_bounds(B, hd, amin, amax)
         for f in (f_lo, f_hi):
             for a in (amin, amax):
                 assert bmin <= a / (f + a) <= bmax
 
 
 def _spy_tight(monkeypatch, model, cert):
-    """Run the tight check with spies on what it derives; returns {sigma_hi2, sigma_lo2, decide calls}."""
+    """Run the tight check; returns what it derived: the certified sigma^2 range (its figures) and the
+    (U, e) of every final_ln.decide call (a spy)."""
     seen = {"decide": []}
-    orig_hi, orig_lo, orig_decide = final_ln.check_sigma_hi, final_ln.check_sigma_lo, final_ln.decide
-
-    def hi(B, cfg, *args):
-        N2 = orig_hi(B, cfg, *args)
-        seen["sigma_hi2"] = N2 / cfg.d_model + cfg.eps
-        return N2
-
-    def lo(cfg, m, vv, s):
-        seen["sigma_lo2"] = cfg.eps + (max(m, Fraction(0)) ** 2 / (cfg.d_model * vv) if vv > 0 else 0)
-        return orig_lo(cfg, m, vv, s)
+    orig_decide = final_ln.decide
 
     def dec(U, e, s_lo, s_hi):
         seen["decide"].append((U, e))
         return orig_decide(U, e, s_lo, s_hi)
-    monkeypatch.setattr(final_ln, "check_sigma_hi", hi)
-    monkeypatch.setattr(final_ln, "check_sigma_lo", lo)
     monkeypatch.setattr(final_ln, "decide", dec)
-    ow_kind.check(model, cert["claim"], cert["evidence"], make_backend("flint"), Obligations())
+    ob = Obligations()
+    ow_kind.check(model, cert["claim"], cert["evidence"], make_backend("flint"), ob)
     monkeypatch.undo()
+    for key, name in (("sigma^2 upper bound", "sigma_hi2"), ("sigma^2 lower bound", "sigma_lo2")):
+        try:
+            seen[name] = ob.figure(key)
+        except KeyError:
+            pass
     return seen
 
 
@@ -240,12 +236,9 @@ def test_upto_shared_deviation_bounds_every_logit_spread_at_every_length(nope, m
     v, N = model.config.d_vocab, 4
     prefix, query = [3, 0, 3, 5, 1], 4
     B = make_backend("flint")
-    shared = owb.UptoTables(B, model, prefix, query, N, mode, list(range(v)), Weights(B, model))
+    shared = UptoTables(B, model, prefix, query, N, mode, list(range(v)), Weights(B, model))
     for L in range(1, N + 1):
-        heads = shared.heads(L)
-        alphas = ow_kind.alpha_bounds(B, heads, "naive", None, None)
-        beta = [owb.betas(B, hd, *a) for hd, a in zip(heads, alphas)]
-        W, _ = owb.deviation(B, model, heads, beta)
+        W, _ = certified_deviation(B, model, shared.heads(L), None, None, Obligations(), "attack")
         toks = np.array([prefix + list(t) + [query] for t in itertools.product(range(v), repeat=L)])
         lg = float_logits(model, toks)
         spread = float((lg.max(axis=0) - lg.min(axis=0)).max())
@@ -294,7 +287,7 @@ def test_upto_shared_score_columns_are_the_free_positions_of_each_length(nope):
     model = model_of(tensors, cfg)
     prefix, query, N = [2, 2, 5], 1, 5
     B = make_backend("flint")
-    shared = owb.UptoTables(B, model, prefix, query, N, "table", list(range(model.config.d_vocab)), Weights(B, model))
+    shared = UptoTables(B, model, prefix, query, N, "table", list(range(model.config.d_vocab)), Weights(B, model))
     for L in range(1, N + 1):
         ref = _float_free_scores(model, prefix, query, L)
         for h, hd in enumerate(shared.heads(L)):

@@ -9,7 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tcert.checker.kinds.overwhelm import bounds as rb
+from tcert.checker.assignment import assignment_bound
+from tcert.checker.kinds.overwhelm.naive_lp import lp_costs, naive_free_mass
+from tcert.checker.kinds.overwhelm.tables import head_tables
 from tcert.checker.verify import verify
 from tcert.checker.envelope import parse_certificate_bytes
 from tcert.checker.errors import BadInput, Rejected
@@ -68,7 +70,9 @@ def test_shipped_certificate_verifies(backend, shipped):
     cert = ob.certificate
     assert cert["kind"] == "overwhelm" and "every permutation of 4 tokens" in ob.summary
     names = [o.name for o in ob.done]
-    assert "free attention mass (lp)" in names and "scores, fixed masses, value extremes (table)" in names
+    assert "overwhelm lp: head 0 assignment LP (min)" in names
+    assert "overwhelm lp: scores, fixed masses, value extremes (table)" in names
+    assert ob.figure("evidence.deviation") <= parse_number(cert["evidence"]["deviation"], "W")
 
 
 def test_shipped_claim_is_true_exhaustively(shipped):
@@ -181,10 +185,14 @@ def claim_edits(cert, d_vocab):
 
 
 def test_claim_edits_rejected(shipped, small_certs):
+    """Every claim edit is REJECTED; one that changes the multiset's size leaves LP duals of the wrong
+    length, which is malformed evidence (BadInput) rather than a failed inequality."""
     n = 0
     for model, cert in [shipped] + small_certs:
         for edited in claim_edits(cert, model.config.d_vocab):
-            with pytest.raises(Rejected):
+            resized = "lp_duals" in cert["evidence"] and len(edited["claim"]["free"].get("tokens", [])) != \
+                len(cert["claim"]["free"].get("tokens", []))
+            with pytest.raises(BadInput if resized else Rejected):
                 run_check(model, edited)
             n += 1
     assert n >= 30
@@ -221,22 +229,22 @@ def test_lp_equals_permutation_optimum_and_beats_naive(seed):
     assert lp["deviation"] <= nv["deviation"] * (1 + 1e-12)
     B = make_backend("flint")
     allowed = sorted(set(multiset))
-    heads = rb.prepare(B, model, prefix, 3, allowed, 4, "table", set(multiset))
-    from tcert.generator.overwhelm.naive_lp import repair, solve_assignment
+    heads = head_tables(B, model, prefix, 3, allowed, 4, "table", set(multiset))
+    from tcert.generator.overwhelm.assignment import repair, solve_assignment
     for hd in heads:
-        lo, hi = rb.lp_costs(B, hd, multiset)
+        lo, hi = lp_costs(B, hd, multiset)
         perms = list(itertools.permutations(range(4)))
         exact_min = min(sum(lo[p[c]][c] for c in range(4)) for p in perms)
         exact_max = max(sum(hi[p[c]][c] for c in range(4)) for p in perms)
         C = np.array([[float(x) for x in row] for row in lo])
         _, _, v = solve_assignment(C, "min")
         u, v, val = repair(v, lo, "min")
-        assert rb.lp_bound([Fraction(x) for x in u], [Fraction(x) for x in v], lo, "min", "t") == val
+        assert assignment_bound([Fraction(x) for x in u], [Fraction(x) for x in v], lo, "min") == val
         assert abs(val - exact_min) <= Fraction(1, 10 ** 9) * exact_min
         _, _, v = solve_assignment(np.array([[float(x) for x in row] for row in hi]), "max")
         u, v, val = repair(v, hi, "max")
         assert abs(val - exact_max) <= Fraction(1, 10 ** 9) * exact_max
-        nmin, nmax = rb.naive_alpha(B, hd)
+        nmin, nmax = naive_free_mass(B, hd)
         assert nmin <= exact_min * (1 + Fraction(1, 10 ** 12)) and exact_max <= nmax * (1 + Fraction(1, 10 ** 12))
 
 
@@ -271,6 +279,31 @@ def test_unsupported_architecture_is_bad_input(shipped):
         run_check(model_of(t, c), cert)
 
 
+def test_value_table_over_the_limit_is_bad_input_before_any_work():
+    """A vocabulary whose exact centred EVOU table (allowed tokens x d_vocab x heads) exceeds the limit:
+    value_bound table (naive), method tight and upto's shared tables are BadInput naming the evidence,
+    the fixed-length ones before any obligation runs (no sample forward pass, no tables)."""
+    from tcert.checker.kinds.overwhelm.tables import MAX_TABLE_ENTRIES
+    d_vocab = 5800
+    assert d_vocab * d_vocab > MAX_TABLE_ENTRIES
+    model = model_of(*tiny_neox1l(3, d_vocab=d_vocab, n_heads=1))
+    sample = {"tokens": [1, 1, 2], "predicted": 0, "margin": "1"}
+    claim = {"prefix": [1], "query": 2, "predicted": 0, "free": {"kind": "any", "length": 1}}
+    naive = {"method": "naive", "value_bound": "table", "deviation": "1", "sample": sample}
+    for evidence, message in ((naive, r"evidence\.value_bound: 'table' would need more than"),
+                              ({"method": "tight", "exact": []}, "overwhelm tight: the centred EVOU table would exceed")):
+        ob = Obligations()
+        with pytest.raises(BadInput, match=message):
+            check(model, claim, evidence, make_backend("flint"), ob)
+        assert ob.done == []
+    from tcert.generator.prediction import prediction_claim
+    length0, p = prediction_claim(model, [1, 2])   # a true length-0 claim: the check gets to the shared tables
+    upto = dict(claim, predicted=p["predicted"], free={"kind": "upto", "length": 1})
+    lengths = [length0, naive]
+    with pytest.raises(BadInput, match=r"evidence\.lengths: value_bound 'table' would need more than"):
+        check(model, upto, {"lengths": lengths}, make_backend("flint"), Obligations())
+
+
 def test_evidence_shape_errors(shipped):
     model, cert = shipped
     for mutate in (lambda e: e.pop("deviation"), lambda e: e.__setitem__("method", "magic"),
@@ -280,9 +313,9 @@ def test_evidence_shape_errors(shipped):
         mutate(e["evidence"])
         with pytest.raises((BadInput, Rejected)):
             run_check(model, e)
-    e = copy.deepcopy(cert)
+    e = copy.deepcopy(cert)   # a dual vector of the wrong length is malformed, not a failed inequality
     e["evidence"]["lp_duals"][0]["min"]["u"].pop()
-    with pytest.raises(Rejected, match="LP duals"):
+    with pytest.raises(BadInput, match=r"evidence\.lp_duals\[0\]\.min\.u"):
         run_check(model, e)
 
 
@@ -331,7 +364,7 @@ def test_cli_text_options(capsys, tmp_path):
     """--prefix-text/--query-text/--free perm-text: go through the tokenizer the model file names."""
     from tcert.generator.train.text_data import encode, model_tokenizer
     path = str(CERTIFICATES / "models" / "text_small.safetensors")
-    tok = model_tokenizer(path, load_model(path).config.tokenizer)
+    tok = model_tokenizer(path, load_model(path).config.tokenizer_name)
     prefix, free = "the president said on monday that the", "new york city"
     code = tcert(["overwhelm", "--model", path, "--prefix-text", prefix, "--query-text", "the",
                   "--free", "perm-text:" + free, "--out", str(tmp_path / "t.json"), "--json"])

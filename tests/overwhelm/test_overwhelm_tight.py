@@ -17,7 +17,8 @@ from tcert.checker.interval import make_backend
 from tcert.checker.kinds.overwhelm import check
 from tcert.checker.obligations import Obligations
 from tcert.testing import example_scale
-from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables, generate
+from tcert.generator.overwhelm.naive_lp import generate
+from tcert.generator.overwhelm.tables import FloatModel, float_tables
 from tcert.generator.overwhelm.tight import generate_tight
 from tcert.testing.overwhelm import exhaustive_confirms, model_of, tiny_neox1l, verdict
 from tcert.testing.overwhelm import tight_scenarios as scenarios
@@ -141,7 +142,8 @@ def test_mutations_rejected(backend, name, certs):
         for h in range(m.config.n_heads):
             bad = copy.deepcopy(cert)
             bad["evidence"]["exact"][n]["lambdas"][h] = lowered(e["lambdas"][h], 2.0 ** -10)
-            assert verdict(m, bad, backend).startswith("REJECTED: overwhelm tight: head"), (n, h)
+            assert verdict(m, bad, backend).startswith(
+                f"REJECTED: overwhelm tight: Dinkelbach inequalities: head {h}, competitor {e['competitor']}: "), (n, h)
             if "duals" in e:
                 for vec, i in (("u", 0), ("v", spec[1] - 1)):
                     bad = copy.deepcopy(cert)

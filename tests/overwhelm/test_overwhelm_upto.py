@@ -1,6 +1,7 @@
 """Overwhelm `free: upto:N` (every free length 0..N in one certificate): exhaustive-oracle soundness on tiny
 models, per-length mutations and removals, claim/evidence length mismatch, both backends, CLI; the tables
-shared across lengths (overwhelm_bounds.UptoTables) against the per-length `prepare` and verdicts."""
+shared across lengths (tcert.checker.kinds.overwhelm.upto.UptoTables) against the per-length `head_tables`
+and verdicts."""
 
 import copy
 import json
@@ -12,13 +13,16 @@ import pytest
 from tcert.checker.verify import verify
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.overwhelm import bounds as ob_bounds
 from tcert.checker.forward import Weights
 from tcert.checker.kinds.overwhelm import check, check_fixed_length
+from tcert.checker.kinds.overwhelm.naive_lp import deviation_bound, naive_free_mass
+from tcert.checker.kinds.overwhelm.tables import beta_bounds, head_tables
+from tcert.checker.kinds.overwhelm.upto import UptoTables
 from tcert.checker.obligations import Obligations
 from tcert.generator.cli import main as tcert
 from tcert.generator.model.files import save_model
-from tcert.generator.overwhelm.naive_lp import FloatModel, float_tables, generate
+from tcert.generator.overwhelm.naive_lp import generate
+from tcert.generator.overwhelm.tables import FloatModel, float_tables
 from tcert.generator.overwhelm.upto import Shared, generate_upto
 from tcert.testing.overwhelm import exhaustive_confirms, model_of, tiny_neox1l
 
@@ -124,7 +128,7 @@ def test_one_inconclusive_length_rejects_the_whole_certificate(certs):
     for b in BACKENDS:
         with pytest.raises(Rejected) as err:
             run_check(m, e, b)
-        assert err.value.obligation.startswith("length 2:")
+        assert err.value.obligation.startswith("overwhelm upto: length 2, naive: ")
 
 
 def test_claiming_more_lengths_than_evidence_is_rejected(certs):
@@ -175,8 +179,8 @@ def test_cli_upto(tmp_path, capsys):
 SHARED_CASES = [(14, [1] * 20), (57, [3, 1, 4, 1, 5, 0, 2]), (0, [])]
 
 
-def test_shared_tables_equal_per_length_prepare():
-    """UptoTables.heads(L) against prepare() for every L, both modes and backends: the query score, fixed
+def test_shared_tables_equal_per_length_head_tables():
+    """UptoTables.heads(L) against head_tables() for every L, both modes and backends: the query score, fixed
     mass, value mean and free score extremes are the same enclosures (identical endpoints); the value
     extremes enclose the same reals by another formula (x_t M - u M, resp. the norm identity), so they
     agree to rounding (2^-50 relative); the deviation W from equal betas agrees likewise."""
@@ -188,18 +192,18 @@ def test_shared_tables_equal_per_length_prepare():
             for backend in BACKENDS:
                 B = make_backend(backend)
                 W = Weights(B, m)
-                shared = ob_bounds.UptoTables(B, m, prefix, 2, n, mode, allowed, W)
+                shared = UptoTables(B, m, prefix, 2, n, mode, allowed, W)
                 for L in range(1, n + 1):
-                    ref = ob_bounds.prepare(B, m, prefix, 2, allowed, L, mode, (), W)
+                    ref = head_tables(B, m, prefix, 2, allowed, L, mode, (), W)
                     got = shared.heads(L)
                     for r, g in zip(ref, got):
                         for x, y in [(r.lq, g.lq), (r.alpha_fix, g.alpha_fix)] + list(zip(r.u, g.u)):
                             assert (B.lower(x), B.upper(x)) == (B.lower(y), B.upper(y)), (seed, mode, backend, L)
                         assert (r.score_lo, r.score_hi) == (g.score_lo, g.score_hi)
-                        for a, b in zip(r.value_lo + r.value_hi, g.value_lo + g.value_hi):
+                        for a, b in zip(r.evou_lo + r.evou_hi, g.evou_lo + g.evou_hi):
                             assert abs(a - b) <= Fraction(1, 2 ** 50) * (1 + abs(a)), (seed, mode, backend, L)
-                    beta = [ob_bounds.betas(B, hd, *ob_bounds.naive_alpha(B, hd)) for hd in ref]
-                    w_ref, w_got = (ob_bounds.deviation(B, m, heads, beta)[0] for heads in (ref, got))
+                    beta = [beta_bounds(B, hd, *naive_free_mass(B, hd)) for hd in ref]
+                    w_ref, w_got = (deviation_bound(B, m, heads, beta)[0] for heads in (ref, got))
                     assert abs(w_ref - w_got) <= Fraction(1, 2 ** 50) * (1 + w_ref)
 
 
@@ -213,7 +217,7 @@ def verdict(fn):
 
 
 def test_shared_path_gives_the_per_length_verdicts():
-    """check_fixed_length with the shared tables and without (prepare per length) give the same verdict
+    """check_fixed_length with the shared tables and without (head_tables per length) give the same verdict
     and rejecting obligation on every length's evidence (forced, float hints: Overwhelmed and
     Inconclusive lengths both occur), both modes and backends."""
     n, seen = 3, set()
@@ -227,7 +231,7 @@ def test_shared_path_gives_the_per_length_verdicts():
             for backend in BACKENDS:
                 B = make_backend(backend)
                 W = Weights(B, m)
-                shared = {mode: ob_bounds.UptoTables(B, m, prefix, 2, n, mode, list(range(m.config.d_vocab)), W)}
+                shared = {mode: UptoTables(B, m, prefix, 2, n, mode, list(range(m.config.d_vocab)), W)}
                 for L, (k, e) in evid.items():
                     run = lambda s: check_fixed_length(m, prefix, 2, k, L, None, e, B, Obligations(), W, s)
                     a, b = verdict(lambda: run(None)), verdict(lambda: run(shared))

@@ -139,6 +139,19 @@ def f16_model(valid, value) -> bytes:
     return save(arrays, metadata=header["__metadata__"])
 
 
+def bf16_model(valid, value) -> bytes:
+    """A bfloat16 copy of the valid model (its float32 weights truncated to bfloat16, written by the generator's
+    writer) with `value` as the first weight of W_E."""
+    from tcert.generator.model.files import model_bytes
+    arrays = {k: (np.asarray(v, np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+              for k, v in valid["tensors"].items()}
+    data = bytearray(model_bytes(arrays, valid["config"], "bfloat16"))
+    header, body = split_model(bytes(data))
+    lo = header["embed.W_E"]["data_offsets"][0]
+    bits = (np.array([value], np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    return join_model(header, body[:lo] + bits + body[lo + 2:])
+
+
 def overlap(h):
     """Point W_U's offsets at W_E's bytes (same size in this model)."""
     h["unembed.W_U"]["data_offsets"] = list(h["embed.W_E"]["data_offsets"])
@@ -190,6 +203,8 @@ HOSTILE_MODELS = {  # name -> function(valid) -> bytes
     "-inf weight F32": lambda v: set_weight(v, "blocks.0.mlp.b_out", -np.inf),
     "NaN weight F16": lambda v: f16_model(v, np.nan),
     "inf weight F16": lambda v: f16_model(v, np.inf),
+    "NaN weight BF16": lambda v: bf16_model(v, np.nan),
+    "-inf weight BF16": lambda v: bf16_model(v, -np.inf),
     "missing tensor": lambda v: edit_header(v, lambda h: h.pop("blocks.0.mlp.W_in")),
     "extra tensor": lambda v: edit_header(v, lambda h: h.update({"blocks.1.ln1.w": h["blocks.0.ln1.w"]})),
     "missing config": lambda v: edit_header(v, lambda h: h["__metadata__"].pop("config")),
@@ -207,7 +222,16 @@ HOSTILE_MODELS = {  # name -> function(valid) -> bytes
     "config n_layers 0": lambda v: edit_config(v, n_layers=0),
     "config d_model true": lambda v: edit_config(v, d_model=True),
     "config unknown field": lambda v: edit_config(v, d_embed=16),
-    "config act_fn silu": lambda v: edit_config(v, act_fn="silu"),
+    "config act_fn swish": lambda v: edit_config(v, act_fn="swish"),
+    "config lies: gated MLP": lambda v: edit_config(v, gated_mlp=True),
+    "config lies: RMSNorm": lambda v: edit_config(v, normalization_type="RMS"),
+    "config lies: grouped keys": lambda v: edit_config(v, n_key_value_heads=1),
+    "config n_key_value_heads not a divisor": lambda v: edit_config(v, n_key_value_heads=3),
+    "config n_key_value_heads 0": lambda v: edit_config(v, n_key_value_heads=0),
+    "config attention and attention_dir": lambda v: edit_config(v, attention="causal", attention_dir="causal"),
+    "config attn_scale without use_attn_scale": lambda v: edit_config(v, use_attn_scale=False, attn_scale="2"),
+    "config rotary_scaling_factor 0": lambda v: edit_config(v, rotary_scaling_factor=0),
+    "config normalization_type LNPre": lambda v: edit_config(v, normalization_type="LNPre"),
     "config eps NaN": lambda v: edit_config(v, eps="nan"),
     "config eps 0": lambda v: edit_config(v, eps=0),
     "config eps exponent bomb": lambda v: edit_config(v, eps="1e-999999999"),

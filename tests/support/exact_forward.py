@@ -33,6 +33,9 @@ class ExactForward:
         if name is None:
             return x
         mp, d = self.mp, len(x)
+        if self.c.normalization_type == "RMS":   # x / sqrt(mean(x^2) + eps) * w, no centring, no bias
+            s = mp.sqrt(mp.fsum(a * a for a in x) / d + self.num(self.c.eps))
+            return [a / s * self.t[name + ".w"][i] for i, a in enumerate(x)]
         mean = mp.fsum(x) / d
         c = [a - mean for a in x]
         s = mp.sqrt(mp.fsum(a * a for a in c) / d + self.num(self.c.eps))
@@ -45,6 +48,8 @@ class ExactForward:
             return x if x > 0 else mp.mpf(0)
         if self.c.act_fn == "gelu":
             return x * (1 + mp.erf(x / mp.sqrt(2))) / 2
+        if self.c.act_fn == "silu":
+            return x / (1 + mp.exp(-x))
         return x * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (x + mp.mpf(44715) / 10 ** 6 * x ** 3))) / 2
 
     def matvec(self, x, W):
@@ -59,7 +64,7 @@ class ExactForward:
         pairs = [(2 * j, 2 * j + 1) for j in range(half)] if c.rotary_adjacent_pairs else \
             [(j, j + half) for j in range(half)]
         for j, (i1, i2) in enumerate(pairs):
-            a = pos * mp.power(self.num(c.rotary_base), mp.mpf(-2 * j) / c.rotary_dim)
+            a = pos / self.num(c.rotary_scaling_factor) * mp.power(self.num(c.rotary_base), mp.mpf(-2 * j) / c.rotary_dim)
             out[i1] = v[i1] * mp.cos(a) - v[i2] * mp.sin(a)
             out[i2] = v[i2] * mp.cos(a) + v[i1] * mp.sin(a)
         return out
@@ -71,12 +76,15 @@ class ExactForward:
         div = mp.sqrt(c.d_head) if c.attn_scale is None else self.num(c.attn_scale)
         out = [[mp.mpf(0)] * c.d_model for _ in range(n)]
         for h in range(c.n_heads):
-            proj = {m: [[a + b for a, b in zip(self.matvec(A[r], self.t[p + "W_" + m][h]), self.t[p + "b_" + m][h])]
-                        for r in range(n)] for m in "QKV"}
+            g = h if c.n_key_value_heads is None else h // (c.n_heads // c.n_key_value_heads)
+            pre = "" if c.n_key_value_heads is None else "_"      # grouped keys/values: _W_K, _b_K, ...
+            names = {"Q": ("W_Q", "b_Q", h), "K": (pre + "W_K", pre + "b_K", g), "V": (pre + "W_V", pre + "b_V", g)}
+            proj = {m: [[a + b for a, b in zip(self.matvec(A[r], self.t[p + w][i]), self.t[p + b][i])]
+                        for r in range(n)] for m, (w, b, i) in names.items()}
             q = [self.rotate(proj["Q"][r], r) for r in range(n)]
             k = [self.rotate(proj["K"][r], r) for r in range(n)]
             for i in range(n):
-                keys = range(i + 1) if c.attention == "causal" else range(n)
+                keys = range(i + 1) if c.attention_dir == "causal" else range(n)
                 s = [mp.fsum(a * b for a, b in zip(q[i], k[r])) / div for r in keys]
                 top = max(s)
                 e = [mp.exp(x - top) for x in s]
@@ -89,8 +97,12 @@ class ExactForward:
         p = f"blocks.{layer}.mlp."
         rows = []
         for x in M:
-            pre = [a + b for a, b in zip(self.matvec(x, self.t[p + "W_in"]), self.t[p + "b_in"])]
-            rows.append([a + b for a, b in zip(self.matvec([self.act(u) for u in pre], self.t[p + "W_out"]),
+            if self.c.gated_mlp:   # act(x W_gate) * (x W_in) + b_in
+                gate = self.matvec(x, self.t[p + "W_gate"])
+                hid = [self.act(a) * u + b for a, u, b in zip(gate, self.matvec(x, self.t[p + "W_in"]), self.t[p + "b_in"])]
+            else:
+                hid = [self.act(a + b) for a, b in zip(self.matvec(x, self.t[p + "W_in"]), self.t[p + "b_in"])]
+            rows.append([a + b for a, b in zip(self.matvec(hid, self.t[p + "W_out"]),
                                                self.t[p + "b_out"])])
         return rows
 
@@ -101,8 +113,8 @@ class ExactForward:
         if c.positional_embedding_type == "standard":
             X = [[a + b for a, b in zip(row, self.t["pos_embed.W_pos"][p])] for p, row in enumerate(X)]
         for layer in range(c.n_layers):
-            ln1 = f"blocks.{layer}.ln1" if c.has_ln else None
-            ln2 = (ln1 if c.shared_ln else f"blocks.{layer}.ln2") if c.has_ln else None
+            ln1 = f"blocks.{layer}.ln1" if c.has_norm else None
+            ln2 = (ln1 if c.shared_ln else f"blocks.{layer}.ln2") if c.has_norm else None
             att = self.attention([self.ln(x, ln1) for x in X], layer)
             if c.attn_only:
                 X = [[a + b for a, b in zip(x, y)] for x, y in zip(X, att)]

@@ -35,7 +35,6 @@ import os
 import random
 import time
 from collections import Counter
-from contextlib import contextmanager
 from fractions import Fraction
 
 import numpy as np
@@ -729,13 +728,7 @@ def certified_values(case) -> dict:
     prediction kind records as "<key>.upper": below it the checker raises its precision until it certifies
     the claim (a true claim, rightly VERIFIED), above it the claim is false."""
     ob = verify(case.cert, case.model_path, "flint")
-    out = {}
-    for key, _ in headline_keys(case.cert):
-        try:
-            out[key] = ob.figure(key + ".upper" if key.endswith(".margin") else key)
-        except KeyError:
-            return _captured_values(case, ob)       # TEMPORARY fallback, see below
-    return out
+    return {key: ob.figure(key + ".upper" if key.endswith(".margin") else key) for key, _ in headline_keys(case.cert)}
 
 
 def moved(value, direction: int, field):
@@ -759,48 +752,6 @@ def headline_mutants(case) -> list:
     if "corollary" in cert["claim"]:
         r = cert["claim"]["corollary"]["substitutions"]
         out.append(("corollary substitutions + 1", put(cert, ("claim", "corollary", "substitutions"), r + 1)))
-    return out
-
-
-# --- TEMPORARY: until every family records its headline figures (HELPERS.md, "figure keys"; missing on
-# this branch: overwhelm "evidence.deviation" and accuracy "claim.correct_at_least"), those two are taken
-# from a wrapped kind function and the summary. Delete this block (capture, _captured_values) once
-# verify() records every key in HEADLINES.
-
-@contextmanager
-def capture(module, name: str, store: list):
-    """Temporarily wrap module.name so that each return value is appended to `store`."""
-    original = getattr(module, name)
-
-    def wrapper(*a, **k):
-        out = original(*a, **k)
-        store.append(out)
-        return out
-
-    setattr(module, name, wrapper)
-    try:
-        yield store
-    finally:
-        setattr(module, name, original)
-
-
-def _captured_values(case, ob) -> dict:
-    """The headline values of certified_values: the recorded figures, and for the two not recorded yet
-    (overwhelm "evidence.deviation", accuracy "claim.correct_at_least") the kind's return value during a
-    second check and the count in the accuracy summary."""
-    import re
-    import tcert.checker.kinds.overwhelm.bounds as OB
-    with capture(OB, "deviation", []) as dev:
-        verify(case.cert, case.model_path, "flint")
-    captured = {"evidence.deviation": dev[0][0] if dev else None,
-                "claim.correct_at_least": int(re.search(r"certifies (\d+)\)", ob.summary).group(1))
-                if case.kind == "accuracy" else None}
-    out = {}
-    for key, _ in headline_keys(case.cert):
-        try:
-            out[key] = ob.figure(key + ".upper" if key.endswith(".margin") else key)
-        except KeyError:
-            out[key] = captured[key]
     return out
 
 

@@ -21,8 +21,13 @@ ARCHS = {
     "preln-relu-no-final-ln": dict(arch="preln", act_fn="relu", final_ln=False),
     "preln-parallel-separate-ln": dict(arch="preln", parallel_attn_mlp=True, shared_ln=False),
     "preln-shared-ln-parallel": dict(arch="preln", parallel_attn_mlp=True, shared_ln=True),
-    "preln-bidirectional-rotary": dict(arch="preln", attention="bidirectional",
+    "preln-bidirectional-rotary": dict(arch="preln", attention_dir="bidirectional",
                                        positional_embedding_type="rotary", attn_scale="3"),
+    # Llama-family pieces: RMSNorm, SiLU-gated MLP, grouped-query attention, linearly scaled RoPE
+    "llama-gqa": dict(arch="llama", n_layers=2, n_key_value_heads=1),
+    "llama-rope-linear-biases": dict(arch="llama", rotary_scaling_factor="4", rotary_base=500, bias_std=0.1),
+    "preln-rms-silu-no-attn-scale": dict(arch="preln", normalization_type="RMS", act_fn="silu",
+                                         use_attn_scale=False, bias_std=0.1),
 }
 
 

@@ -35,8 +35,8 @@ def require_maxofk(model):
     problems = []
     if c.n_layers != 1 or c.n_heads != 1:
         problems.append("needs n_layers = n_heads = 1")
-    if not c.attn_only or c.has_ln or c.final_ln:
-        problems.append("needs an attention-only model without LayerNorm")
+    if not c.attn_only or c.has_norm or c.final_ln or c.n_key_value_heads is not None:
+        problems.append("needs an attention-only model without normalization or grouped-query attention")
     if c.positional_embedding_type != "standard":   # rotary or none: no W_pos table to read
         problems.append("needs learned (standard) positional embeddings")
     if c.n_ctx < 2 or c.d_vocab < 2:

@@ -32,6 +32,7 @@ Reading order (one obligation per constant, docs/influence.md):
   corollary.py  "influence corollary: ..." on one input (reuses the prediction kind's check_claim)
 """
 
+from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
 from tcert.checker.kinds.influence.blocks import block, embedding, unembedding
 from tcert.checker.kinds.influence.corollary import check_corollary
@@ -61,6 +62,8 @@ def certified_needs(model, B, ledger, n_max: int, power: int, embed_center, unem
 def check(model, claim, evidence, B, ob):
     """Verify an influence certificate (and its corollary, when present)."""
     cfg = model.config
+    if cfg.llama_pieces():
+        raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
     stated, hints = parse_claim(cfg, claim), parse_evidence(cfg, evidence)
     ledger = Ledger(hints.constants, ob)
     needs = certified_needs(model, B, ledger, stated.n_max, hints.power, hints.embed_center, hints.unembed_center)
@@ -74,6 +77,6 @@ def check(model, claim, evidence, B, ob):
 def summary(cfg, stated: Claim) -> str:
     """The verified statement in one line."""
     r, c = rate_text(stated.rate, cfg.n_layers), stated.bounds
-    return (f"for n in [{stated.n_min}, {stated.n_max}] ({cfg.attention} attention, {cfg.n_layers} layer(s)), one "
+    return (f"for n in [{stated.n_min}, {stated.n_max}] ({cfg.attention_dir} attention, {cfg.n_layers} layer(s)), one "
             f"changed non-final token moves the last residual by <= min({show(c['C'])}*{r}, {show(c['C_abs'])}) "
             f"and the output distribution (L1) by <= min({show(c['C_prob'])}*{r}, {show(c['C_prob_abs'])})")

@@ -153,7 +153,7 @@ def attention(B, ld, model, layer, U, lip_ln, before: Induction, cap, n_max, pow
     """Steps 1 and 4-7 for block `layer`'s attention on LN outputs of norm <= U (constants L<layer>.attn.*).
     cap: a number with 1 <= cap rho(m) for every position m <= n_max, rho the block's output weight."""
     cfg, t = model.config, model.tensors
-    causal = cfg.attention == "causal"
+    causal = cfg.attention_dir == "causal"
     D, E = before.changed, before.elsewhere
     out = ld.const(f"L{layer}.attn.b_O", lambda: vector_norm(B, t[f"blocks.{layer}.attn.b_O"]))
     at_changed, elsewhere = Fraction(0), Fraction(0)
@@ -210,7 +210,7 @@ def block(B, ld, model, layer, before: Induction, n_max, power) -> Induction:
     and cap of index layer + 1)."""
     cfg = model.config
     ln1 = layer_norm(B, ld, model, f"blocks.{layer}.ln1" if cfg.has_ln else None, f"L{layer}.ln1", before.bound)
-    cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, cfg.attention == "causal"))
+    cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, cfg.attention_dir == "causal"))
     attn = attention(B, ld, model, layer, ln1[1], ln1[0], before, cap, n_max, power)
     if cfg.attn_only:
         bound, changed, elsewhere, m_radius = attention_only(before, attn)

@@ -44,7 +44,7 @@ def parse_claim(cfg, claim: dict) -> Claim:
     n_max = parse_int(claim["n_max"], "claim.n_max", n_min, cfg.n_ctx)
     if claim["rate"] not in RATES:
         raise BadInput("claim.rate: must be \"inverse\" or \"harmonic\"")
-    if claim["rate"] == "inverse" and cfg.attention == "causal" and cfg.n_layers > 1:
+    if claim["rate"] == "inverse" and cfg.attention_dir == "causal" and cfg.n_layers > 1:
         raise BadInput("claim.rate: a causal model with >= 2 layers is certified at the harmonic rate "
                        "H_n^(L-1)/n, not 1/n (docs/influence.md)")
     bounds = {k: parse_number(claim[k], f"claim.{k}") for k in CLAIM_BOUNDS}

@@ -1,28 +1,29 @@
-"""The final LayerNorm in `overwhelm` method tight (issue 6, part 3; docs/overwhelm.md, "Real blocks").
+"""The final LayerNorm in overwhelm method tight (docs/overwhelm.md, "Real blocks").
 
-Setting of `tcert.checker.kinds.overwhelm.tight`: the last position's residual before the final LN is
-r(t) = f + sum_h R_h(t), f fixed (embedding, b_O, the heads' fixed-position means with b_V through W_O,
-the MLP of ln2(E[q]) with b_out) and R_h(t) = sum_i b_hi(t_i) P_h(t_i) / (alpha_fix_h + sum_i b_hi(t_i)),
-P_h(t) = (x_t - u_h) W_O^h. With P the centring projection, w/b the final LN's gain and bias and
+Setting of `tight`: the last position's residual before the final LN is r(t) = f + sum_h R_h(t), f fixed
+(embedding, b_O, the heads' fixed-position means with b_V through W_O, the MLP of ln2(E[q]) with b_out)
+and R_h(t) = sum_i b_hi(t_i) EVO_h(t_i) / (alpha_fix_h + sum_i b_hi(t_i)), EVO_h(t) = (x_t - u_h) W_O^h
+the centred EVO row. With P the centring projection, w/b the final LN's gain and bias and
 sigma(r) = sqrt(|P r|^2 / d + eps),
 
     logit_j - logit_k = (u_jk . r) / sigma(r) + e_jk,   u_jk = P (w * (W_U[:, j] - W_U[:, k])),
                                                          e_jk = b . (W_U[:, j] - W_U[:, k]) + b_U[j] - b_U[k].
 
 u_jk . r = (r P diag(w)) . d_jk, so the tight machinery runs unchanged on rows transformed by
-T = P diag(w) and gives U_jk >= max over T of u_jk . r. For sigma in [s_lo, s_hi], U/sigma + e is
+M_w = P diag(w) and gives U_jk >= max over T of u_jk . r. For sigma in [s_lo, s_hi], U/sigma + e is
 linear in 1/sigma, so max(U/s_lo, U/s_hi) + e < 0 proves logit_j < logit_k (`decide`).
 
 The certificate carries s_lo, s_hi and a hint vector g; the checker only confirms them:
-- s_hi: with D = sum_h P R_h(t), |D| <= S = sum_h beta_max_h max_t |P P_h(t)| (R_h(t) is beta(t) <=
-  beta_max_h times a convex combination of the P_h(t_i)), and |P r|^2 = |P f|^2 + 2 P f . D + |D|^2, where
-  P f . D = sum_h (P f) . R_h(t) is a linear functional bounded by per-head Dinkelbach lambdas (the
+- s_hi: with D = sum_h P R_h(t), |D| <= S = sum_h beta_max_h max_t |P EVO_h(t)| (R_h(t) is beta(t) <=
+  beta_max_h times a convex combination of the EVO_h(t_i)), and |P r|^2 = |P f|^2 + 2 P f . D + |D|^2,
+  where P f . D = sum_h (P f) . R_h(t) is a linear functional bounded by per-head Dinkelbach lambdas (the
   certificate's `cross_term`; the direction P f is computed by the checker). So |P r|^2 <=
-  min((|P f| + S)^2, |P f|^2 + 2 Lambda + S^2), and s_hi^2 >= that / d + eps in exact rationals.
+  min((|P f| + S)^2, |P f|^2 + 2 Lambda + S^2) (`residual_sq_upper`), and s_hi^2 >= that / d + eps in
+  exact rationals.
 - s_lo: with v = P g, Cauchy-Schwarz gives |P r| >= (v . r) / |v| whenever v . r >= 0, and
   m <= min over T of v . r comes from the same per-head Dinkelbach bound for the direction -v (the
-  certificate's `variance` lambdas); s_lo^2 <= eps + max(m, 0)^2 / (d |v|^2) in exact rationals. Nothing
-  about g is trusted: a poor g only gives a weak (still sound) bound, down to sqrt(eps).
+  certificate's `variance` lambdas); s_lo^2 <= eps + max(m, 0)^2 / (d |v|^2) (`sigma_sq_lower`) in exact
+  rationals. Nothing about g is trusted: a poor g only gives a weak (still sound) bound, down to sqrt(eps).
 """
 
 from fractions import Fraction
@@ -30,20 +31,18 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.envelope import fields
-from tcert.checker.errors import Rejected
+from tcert.checker.kinds.overwhelm.tables import sqrt_upper
 from tcert.checker.numbers import parse_number, parse_vector
-from tcert.checker.numbers import show
 
 
-def parse(raw, cfg) -> dict:
+def parse(raw, cfg, where: str = "evidence.final_ln") -> dict:
     """evidence.final_ln -> {"g": [Fractions], "variance", "cross_term": raw entries, "sigma_lo", "sigma_hi"}
     (BadInput on shape errors; the {lambdas[, duals]} entries are parsed by the caller)."""
-    fields(raw, "evidence.final_ln", {"variance_direction", "variance", "cross_term", "sigma_lo", "sigma_hi"})
-    return {"g": parse_vector(raw["variance_direction"], "evidence.final_ln.variance_direction",
-                              cfg.d_model, "d_model"),
+    fields(raw, where, {"variance_direction", "variance", "cross_term", "sigma_lo", "sigma_hi"})
+    return {"g": parse_vector(raw["variance_direction"], f"{where}.variance_direction", cfg.d_model, "d_model"),
             "variance": raw["variance"], "cross_term": raw["cross_term"],
-            "sigma_lo": parse_number(raw["sigma_lo"], "evidence.final_ln.sigma_lo"),
-            "sigma_hi": parse_number(raw["sigma_hi"], "evidence.final_ln.sigma_hi")}
+            "sigma_lo": parse_number(raw["sigma_lo"], f"{where}.sigma_lo"),
+            "sigma_hi": parse_number(raw["sigma_hi"], f"{where}.sigma_hi")}
 
 
 def centring(B, d: int):
@@ -52,7 +51,7 @@ def centring(B, d: int):
 
 
 def transform(B, W, d: int):
-    """T = P diag(w) (d x d): row r T = (P r) * w, so (r T) . d_jk = u_jk . r."""
+    """M_w = P diag(w) (d x d): row r M_w = (P r) * w, so (r M_w) . d_jk = u_jk . r."""
     w = np.asarray(W.model.tensors["ln_final.w"], dtype=np.float64)
     return B.array(np.diag(w)) - B.array(np.tile(w, (d, 1))).scale(B.num(Fraction(1, d)))
 
@@ -78,28 +77,15 @@ def sq_norms_upper(B, X, Pc) -> list:
     return [max(B.upper(r[0]), Fraction(0)) for r in (C.map(lambda x: x * x) @ ones).rows()]
 
 
-def sqrt_upper(B, q: Fraction) -> Fraction:
-    """An exact rational >= sqrt(q) (q >= 0)."""
-    return B.upper(B.sqrt(B.num(q)))
-
-
-def check_sigma_hi(B, cfg, Pf, Ps: list, beta: list, cross: Fraction, sigma_hi: Fraction) -> Fraction:
-    """Obligation: sigma_hi >= sigma(r) for every reachable residual r. With Pf = P f (1 x d), S =
-    sum_h beta_max_h max_t |P P_h(t)| >= |P r - P f| and cross >= max over T of P f . (r - f) (checked by the
-    caller), |P r|^2 <= N2 = min((|P f| + S)^2, |P f|^2 + 2 cross + S^2); requires sigma_hi > 0 and
-    sigma_hi^2 >= N2/d + eps. Returns N2."""
+def residual_sq_upper(B, cfg, Pf, evo: list, beta: list, cross: Fraction):
+    """(N2, |P f|^2 bound, S): N2 >= |P r|^2 for every reachable residual r. With Pf = P f (1 x d), S =
+    sum_h beta_max_h max_t |P EVO_h(t)| >= |P r - P f| and cross >= max over T of P f . (r - f) (certified
+    by the caller), N2 = min((|P f| + S)^2, |P f|^2 + 2 cross + S^2)."""
     Pc = centring(B, cfg.d_model)
     ones = B.array(np.ones((cfg.d_model, 1)))
     pf2 = max(B.upper((Pf.map(lambda x: x * x) @ ones).rows()[0][0]), Fraction(0))
-    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, Ph, Pc))) for Ph, (_, bmax) in zip(Ps, beta)), Fraction(0))
-    N2 = min((sqrt_upper(B, pf2) + S) ** 2, pf2 + 2 * cross + S * S)
-    need = N2 / cfg.d_model + cfg.eps
-    if not (sigma_hi > 0 and sigma_hi * sigma_hi >= need):
-        raise Rejected("overwhelm tight: final LN sigma_hi",
-                       f"sigma_hi = {show(sigma_hi)} is not > 0 with sigma_hi^2 >= max |P r|^2/d + eps = "
-                       f"{show(need)} (|P r|^2 <= {show(N2)}: |P f|^2 <= {show(pf2)}, spread S = {show(S)}, "
-                       f"cross term <= {show(cross)})")
-    return N2
+    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, E, Pc))) for E, (_, bmax) in zip(evo, beta)), Fraction(0))
+    return min((sqrt_upper(B, pf2) + S) ** 2, pf2 + 2 * cross + S * S), pf2, S
 
 
 def centred_direction(g: list):
@@ -109,11 +95,7 @@ def centred_direction(g: list):
     return v, sum((x * x for x in v), Fraction(0))
 
 
-def check_sigma_lo(cfg, m: Fraction, vv: Fraction, sigma_lo: Fraction) -> None:
-    """Obligation: sigma_lo <= sigma(r) for every reachable r, given m <= min over T of v . r and
-    vv = |v|^2: sigma(r)^2 >= eps + max(m, 0)^2 / (d vv) (Cauchy-Schwarz; only eps when vv = 0)."""
-    low = cfg.eps + (max(m, Fraction(0)) ** 2 / (cfg.d_model * vv) if vv > 0 else 0)
-    if not (sigma_lo > 0 and sigma_lo * sigma_lo <= low):
-        raise Rejected("overwhelm tight: final LN sigma_lo",
-                       f"sigma_lo = {show(sigma_lo)} is not > 0 with sigma_lo^2 <= eps + max(m, 0)^2/(d |v|^2) "
-                       f"= {show(low)} (m = {show(m)}, the certified minimum of v . r over the designed set)")
+def sigma_sq_lower(cfg, m: Fraction, vv: Fraction) -> Fraction:
+    """A lower bound of sigma(r)^2 for every reachable r, given m <= min over T of v . r and vv = |v|^2:
+    eps + max(m, 0)^2 / (d vv) (Cauchy-Schwarz; only eps when vv = 0)."""
+    return cfg.eps + (max(m, Fraction(0)) ** 2 / (cfg.d_model * vv) if vv > 0 else 0)
