@@ -44,6 +44,13 @@ class Weights:
             self.cache[key] = make()
         return self.cache[key]
 
+    def release(self, prefix: str) -> None:
+        """Drop the cached interval copies of the tensors named `prefix`... (their norms stay): a deep
+        model's pass needs one block's weights at a time, and Arb copies of all of them at once would take
+        ~48 bytes per weight (4 GB at 12 layers of GPT-2-small width)."""
+        for key in [k for k in self.cache if k[0].startswith(prefix)]:
+            del self.cache[key]
+
     def mat(self, name: str, head: int | None = None) -> IMat:
         """Tensor `name` (or its slice for `head`) as an interval matrix; vectors become rows."""
         t = self.model.tensors[name]
@@ -319,6 +326,8 @@ def final_state(B: Backend, model, tokens: list, W: Weights | None = None) -> Ro
     angles = rotary_angles(B, cfg, range(n)) if cfg.rotary else None
     for layer in range(cfg.n_layers):
         X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles)
+        if cfg.n_layers > 1:      # one block's weights at a time (a one-layer model's are reused by its kind)
+            W.release(f"blocks.{layer}.")
     return X
 
 
