@@ -8,34 +8,33 @@ import importlib
 import importlib.util
 import os
 import tempfile
-import time
-
-from tcert.checker.verify import verify
-from tcert.checker.modelfile import load_model
 
 from tcert.generator import SHIPPED
-from tcert.generator.cli import FEATURE_MODULES
+from tcert.generator.cli import EXIT_FAILED, EXIT_OK, FEATURE_MODULES, Outcome, outcome_command
 
 DEFAULT_MODEL = os.path.join(SHIPPED, "models", "maxof4_seed123.safetensors")
 
 
-def check_and_report(path: str, model_path: str, backend: str) -> bool:
-    """Run the independent checker on a written certificate and print its verdict line."""
-    from tcert.checker.errors import BadInput, Rejected
-    start = time.perf_counter()
+def check_and_report(path: str, model_path, backend: str) -> bool:
+    """Run the independent checker (tcert.api.check) on a written certificate and print its verdict line."""
+    import tcert.api as tc
     try:
-        ob = verify(path, model_path, backend)
-        cert = ob.certificate
-    except (Rejected, BadInput) as e:
+        v = tc.check(path, model_path, backend)
+    except tc.BadInputError as e:
         print(f"  checker: NOT VERIFIED: {e}")
         return False
-    print(f"  checker ({backend}, {time.perf_counter() - start:.2f} s): VERIFIED: {cert['kind']}: {ob.summary}")
+    if not v:
+        print(f"  checker: NOT VERIFIED: {v.obligation}: {v.detail}")
+        return False
+    print(f"  checker ({backend}, {v.seconds:.2f} s): VERIFIED: {v.kind}: {v.summary}")
     return True
 
 
-def run_demo(args) -> int:
+@outcome_command
+def run_demo(args) -> Outcome:
     """Run every available demo section; exit 0 only if every certificate verified."""
-    model = load_model(args.model)
+    import tcert.api as tc
+    model = tc.load_model(args.model)
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="tcert-demo-")
     os.makedirs(out_dir, exist_ok=True)
     c = model.config
@@ -52,14 +51,16 @@ def run_demo(args) -> int:
             except Exception as e:  # one broken section must not hide the others' results
                 print(f"  section {name} failed: {type(e).__name__}: {e}")
                 results.append(False)
-    print(f"{sum(results)} of {len(results)} certificates verified; files in {out_dir}")
-    return 0 if all(results) else 1
+    ok = all(results)
+    return Outcome(EXIT_OK if ok else EXIT_FAILED, "verified" if ok else "failed", out_dir,
+                   {"verified": sum(results), "certificates": len(results)},
+                   f"{sum(results)} of {len(results)} certificates verified; files in {out_dir}")
 
 
 def add_commands(sub):
     """Register `tcert demo`."""
     p = sub.add_parser("demo", help="generate and check certificates on the shipped default model")
-    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="the model file")
     p.add_argument("--out-dir", default=None, help="where to write certificates (default: a temp folder)")
-    p.add_argument("--backend", choices=["flint", "mpmath"], default="flint")
+    p.add_argument("--backend", choices=["flint", "mpmath"], default="flint", help="the checker's backend")
     p.set_defaults(func=run_demo)

@@ -4,13 +4,17 @@ The certificate carries no hints (`{"strategy": "brute"}`): the checker (`tcert.
 brute`) decides every input itself, so the generator only has to be fast and not over-claim.
 """
 
+import functools
+import math
+
 import numpy as np
 
 from tcert.generator.accuracy.tables import SLACK, TINY, float_tables, max_excluding, tables_flops
 
 
-def brute_count(model, T=None):
-    """Float count of inputs whose logit gap exceeds SLACK times the input's own scale (claimed).
+def brute_count(model, T=None, dist=None):
+    """(claimed weight numerators, inputs that needed the full test): the inputs whose logit gap exceeds
+    SLACK times the input's own scale are claimed (a count under uniform counting or `dist` None).
 
     Per query q: L[t_0..t_{n-2}, x] = sum_i H_i[t_i, x] with H_i[t, x] = w(q, i, t) (EU[q,x] + EVOU[t,x]
     + PVOU[i,x]) and w a positive multiple of the softmax numerator, so sign(L[m] - L[x]) is the sign
@@ -31,7 +35,8 @@ def brute_count(model, T=None):
     inner = list(range(outer, n - 1))
     grids = np.meshgrid(*[toks] * len(inner), indexing="ij")
     gmax = np.maximum.reduce(list(grids))
-    safe = 0
+    safe = hard = 0
+    inner_w = None if dist is None or dist.unit else functools.reduce(np.multiply, np.ix_(*[dist.arrays[pos] for pos in inner]))
     for q in range(v):
         s = EQKE[q][None, :] + EQKP[q][:, None]          # (n, v): position i, key token t
         w = np.exp(s - s.max())
@@ -49,14 +54,32 @@ def brute_count(model, T=None):
             first = max_excluding(H[inner[0]] + base)[grids[0], m]
             ub = first + (np.take_along_axis(rest_ub, m[..., None], axis=-1)[..., 0] if outer < n - 2 else 0.0)
             sure = ub + (1e-13 * scale + 1e-290) < thr
-            safe += int(np.count_nonzero(sure))
             idx = np.nonzero(~sure)
+            hard += len(idx[0])
             if len(idx[0]):
                 rows = sum(H[pos][g[idx]] for pos, g in zip(inner, grids)) + base
-                safe += int(np.count_nonzero((rows >= thr[idx][:, None]).sum(axis=-1) == 1))
-    return safe
+                sure[idx] = (rows >= thr[idx][:, None]).sum(axis=-1) == 1
+            if dist is not None:
+                sure &= m >= dist.m0
+            if inner_w is None:
+                safe += int(np.count_nonzero(sure))
+            else:
+                fixed = math.prod(dist.a[j][t] for j, t in enumerate(pre)) * dist.a[n - 1][q]
+                safe += int((inner_w[sure]).sum()) * fixed
+    return safe, hard
 
 
 def brute_flops(v, n, d_model, d_head) -> int:
-    """Counted FLOPs of the brute-force generator: tables plus n adds and a max over d_vocab per input."""
+    """Counted FLOPs of the brute-force proof: tables plus n adds and a max over d_vocab per input (every
+    input evaluated in full)."""
     return tables_flops(v, n, d_model, d_head) + v * n * v * v * 3 + v ** n * v * (n + 2)
+
+
+def pruned_flops(v, n, d_model, d_head, hard: int) -> int:
+    """Counted FLOPs of the brute-force checker as it runs: tables, each query's int64 tables, the fixed part
+    of every (query, pattern, max) group, the top-2 bound of every input (n adds and a comparison) and the full
+    test of the `hard` inputs that bound leaves."""
+    from tcert.generator.accuracy.refine import decide_cost, query_cost
+    groups = v * v * (1 << (n - 1))
+    return tables_flops(v, n, d_model, d_head) + v * query_cost(v, n) + groups * 4 * v + v ** n * (n + 1) \
+        + hard * decide_cost(v, n)

@@ -66,7 +66,7 @@ def overwhelm_float_tables(model, prefix, query, n_free):
 # --------------------------------------------------------------------------------------------- accuracy
 
 def accuracy_certificate(model, strategy):
-    """(certificate, report) of one Max-of-K strategy: brute | cubic | subcubic[:NAME]."""
+    """(certificate, report) of one Max-of-K strategy: brute | cubic | subcubic[:NAME] | refine[:BUDGET]."""
     from tcert.generator.accuracy.strategies import make_certificate
     return make_certificate(model, strategy, None)
 
@@ -76,11 +76,12 @@ def accuracy_strategy_error(strategy):
     kind, _, name = strategy.partition(":")
     if kind in ("brute", "cubic") and not name:
         return None
-    if kind != "subcubic":
-        return f"unknown strategy {strategy!r} (brute, cubic, subcubic[:NAME])"
+    if kind not in ("subcubic", "refine"):
+        return f"unknown strategy {strategy!r} (brute, cubic, subcubic[:NAME], refine[:BUDGET])"
+    from tcert.generator.accuracy.refine import parse_budget
     from tcert.generator.accuracy.subcubic import parse_name
     try:
-        parse_name(name or None)
+        (parse_name if kind == "subcubic" else parse_budget)(name or None)
     except ValueError as e:
         return str(e)
     return None

@@ -1,53 +1,35 @@
 """`tcert model import | inspect | random`: convert, summarise and create model files."""
 
 import json
-import os
 
-from tcert.checker.errors import BadInput
-from tcert.checker.modelfile import load_model
+from tcert.generator.cli import EXIT_OK, Outcome, outcome_command
 from tcert.generator.model.files import DTYPES
 
 
-def _import(args):
-    from tcert.generator.model.importers import import_hf, import_npz, import_safetensors
-    from tcert.generator.model.files import save_model
-    src = args.src
-    config = None
-    if args.config:
-        with open(args.config) as f:
-            config = json.load(f)
-    if os.path.isdir(src):
-        tensors, cfg = import_hf(src)
-    elif src.endswith(".npz"):
-        tensors, cfg = import_npz(src, config)
-    elif src.endswith(".safetensors"):
-        if not args.config:
-            raise BadInput("importing a bare safetensors file needs --config CONFIG.json")
-        tensors, cfg = import_safetensors(src, args.config)
-    else:
-        raise BadInput(f"don't know how to import {src!r} (want .npz, .safetensors + --config, or a Hugging Face "
-                       "checkpoint folder)")
-    sha = save_model(args.out, tensors, cfg, args.dtype)
-    print(f"wrote {args.out} (sha256 {sha})")
+@outcome_command
+def cmd_import(args) -> Outcome:
+    """`tcert model import` (tcert.api.import_model + save_model): importer errors are one line each."""
+    import tcert.api as tc
+    from tcert.api.files import writable
+    out = writable(args.out)
+    sha = tc.save_model(tc.import_model(args.src, args.config, args.dtype), out)
+    return Outcome(EXIT_OK, "written", out, {"sha256": sha}, f"wrote {out} (sha256 {sha})")
 
 
-def cmd_import(args):
-    """`tcert model import`: importer errors are the user's input problems, so one line each."""
-    try:
-        _import(args)
-    except (ValueError, KeyError, OSError) as e:
-        raise BadInput(f"model import: {e}") from None
-
-
-def cmd_inspect(args):
+@outcome_command
+def cmd_inspect(args) -> Outcome:
+    """`tcert model inspect`: config, parameter counts, SHA-256."""
+    import tcert.api as tc
     from tcert.generator.model.summary import describe, format_description
-    d = describe(load_model(args.model))
-    print(json.dumps(d, indent=1, default=str) if args.json else format_description(d))
+    d = json.loads(json.dumps(describe(tc.load_model(args.model)), default=str))
+    return Outcome(EXIT_OK, "done", None, d, format_description(d))
 
 
-def cmd_random(args):
-    from tcert.generator.model.files import save_model
-    from tcert.generator.model.random_models import random_model
+@outcome_command
+def cmd_random(args) -> Outcome:
+    """`tcert model random`: a seeded random model file."""
+    import tcert.api as tc
+    from tcert.api.files import writable
     overrides = {}
     if args.attention:
         overrides["attention_dir"] = args.attention
@@ -55,11 +37,12 @@ def cmd_random(args):
         overrides["act_fn"] = args.act_fn
     if args.n_key_value_heads:
         overrides["n_key_value_heads"] = args.n_key_value_heads
-    tensors, cfg = random_model(args.arch, d_vocab=args.d_vocab, d_model=args.d_model, n_heads=args.n_heads,
-                                d_head=args.d_head, d_mlp=args.d_mlp, n_ctx=args.n_ctx, n_layers=args.n_layers,
-                                seed=args.seed, **overrides)
-    sha = save_model(args.out, tensors, cfg)
-    print(f"wrote {args.out} (sha256 {sha})")
+    out = writable(args.out)
+    model = tc.random_model(args.arch, seed=args.seed, d_vocab=args.d_vocab, d_model=args.d_model,
+                            n_heads=args.n_heads, d_head=args.d_head, d_mlp=args.d_mlp, n_ctx=args.n_ctx,
+                            n_layers=args.n_layers, **overrides)
+    sha = tc.save_model(model, out)
+    return Outcome(EXIT_OK, "written", out, {"sha256": sha}, f"wrote {out} (sha256 {sha})")
 
 
 def add_commands(sub):
@@ -68,16 +51,15 @@ def add_commands(sub):
     msub = model.add_subparsers(dest="model_command", required=True)
     p = msub.add_parser("import", help="convert a TransformerLens .npz / safetensors+config, or a Hugging Face "
                                        "folder (gpt2, gpt_neox, llama, mistral, qwen2)")
-    p.add_argument("src")
+    p.add_argument("src", help="the checkpoint: a folder, a .npz or a .safetensors file")
     p.add_argument("--config", help="config JSON (for bare safetensors, or to override inference for .npz)")
     p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="stored dtype (default float32; bfloat16/float16 keep a half-precision checkpoint's size; "
                         "a value the dtype cannot hold exactly is refused)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the model file to write (its folder must exist)")
     p.set_defaults(func=cmd_import)
     p = msub.add_parser("inspect", help="config, parameter counts, SHA-256")
-    p.add_argument("model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("model", help="the model file")
     p.set_defaults(func=cmd_inspect)
     p = msub.add_parser("random", help="a seeded random model of a supported architecture")
     p.add_argument("--arch", choices=["neox1l", "attn-only", "preln", "llama"], required=True)
@@ -91,6 +73,6 @@ def add_commands(sub):
     p.add_argument("--attention", choices=["causal", "bidirectional"])
     p.add_argument("--act-fn", choices=["relu", "gelu", "gelu_new", "silu"])
     p.add_argument("--n-key-value-heads", type=int, help="grouped-query attention (llama arch)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--out", required=True, help="the model file to write (its folder must exist)")
     p.set_defaults(func=cmd_random)

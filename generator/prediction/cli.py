@@ -1,50 +1,45 @@
-"""`tcert predict`: certify the greedy next token on one input; demo section."""
+"""`tcert predict`: certify the greedy next token on one input (tcert.api.predict); demo section."""
 
 import os
 
-from tcert.checker.errors import BadInput
-from tcert.checker.modelfile import load_model
-
-from tcert.generator import certificate
-from tcert.generator.cli import parse_tokens
+from tcert.generator.cli import EXIT_OK, Outcome, outcome_command
 from tcert.generator.demo import check_and_report
-from tcert.generator.prediction import prediction_certificate
 
 
-def cmd_predict(args) -> int:
-    """Write a prediction certificate for --tokens (exit 3 on a near-tie)."""
-    model = load_model(args.model)
-    tokens = parse_tokens(args.tokens)
-    if not tokens or len(tokens) > model.config.n_ctx or min(tokens) < 0 or max(tokens) >= model.config.d_vocab:
-        raise BadInput(f"--tokens: need 1..{model.config.n_ctx} ids in [0, {model.config.d_vocab})")
-    cert, p = prediction_certificate(model, tokens)
-    if cert is None:
-        print(f"near-tie: top logits {p['predicted']} and {p['runner_up']} differ by {p['gap']:.3g}; no certificate")
-        return 3
-    certificate.write(args.out, cert)
-    print(f"predicted token {p['predicted']} (runner-up {p['runner_up']}, float gap {p['gap']:.6g}); wrote {args.out}")
-    return 0
+@outcome_command
+def cmd_predict(args) -> Outcome:
+    """Write a prediction certificate for --tokens (exit 4 on a near-tie)."""
+    import tcert.api as tc
+    from tcert.api.files import writable
+    out = writable(args.out)
+    cert = tc.predict(tc.load_model(args.model), args.tokens)
+    cert.save(out)
+    f = cert.figures
+    return Outcome(EXIT_OK, "written", out, f, f"predicted token {f['predicted']} (runner-up {f['runner_up']}, "
+                                                f"float gap {f['gap']:.6g}); wrote {out}")
 
 
 def add_commands(sub):
     """Register `tcert predict`."""
     p = sub.add_parser("predict", help="certify the greedy next token on one input")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="the model file")
     p.add_argument("--tokens", required=True, help="comma-separated token ids")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="where to write the certificate (its folder must exist)")
     p.set_defaults(func=cmd_predict)
 
 
 def demo_section(model, out_dir: str, backend: str) -> bool:
     """The prediction section: certify the model's answer on one input."""
+    import tcert.api as tc
     cfg = model.config
     tokens = [min(cfg.d_vocab - 1, 7 * i + 3) % cfg.d_vocab for i in range(min(cfg.n_ctx, 4))]
     print(f"[prediction] input tokens {tokens}")
-    cert, p = prediction_certificate(model, tokens)
-    if cert is None:
+    try:
+        cert = tc.predict(model, tokens)
+    except tc.InconclusiveError:
         print("  near-tie: no certificate")
         return False
-    path = os.path.join(out_dir, "prediction.json")
-    certificate.write(path, cert)
-    print(f"  generator: next token {p['predicted']} (runner-up {p['runner_up']}, float gap {p['gap']:.6g}) -> {path}")
+    path = cert.save(os.path.join(out_dir, "prediction.json"))
+    f = cert.figures
+    print(f"  generator: next token {f['predicted']} (runner-up {f['runner_up']}, float gap {f['gap']:.6g}) -> {path}")
     return check_and_report(path, model.path, backend)

@@ -10,3 +10,5 @@ def add_commands(sub):
     tsub = train.add_subparsers(dest="train_command", required=True)
     add_maxofk_command(tsub)
     add_text_command(tsub)
+    for p in tsub.choices.values():   # training prints its own progress: no elapsed-time line beside it
+        p.set_defaults(own_progress=True)

@@ -24,7 +24,7 @@ from tcert.testing.mutation import max_token_gaps
 from tcert.testing.accuracy import constructed
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
-              "subcubic:exact-eqke")
+              "subcubic:exact-eqke", "refine:1.1x", "refine")
 SHIPPED_MODEL = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
 
 
@@ -279,13 +279,15 @@ def shipped(name):
 @pytest.mark.parametrize("name", ["maxof4_seed123_cubic.json", "maxof4_seed123_subcubic_svd.json",
                                   "maxof4_seed123_subcubic_svd2.json", "maxof4_seed123_subcubic_svd-rec.json",
                                   "maxof4_seed123_subcubic_svd-rec+eu.json",
-                                  "maxof4_seed123_subcubic_exact-eqke.json"])
+                                  "maxof4_seed123_subcubic_exact-eqke.json", "maxof4_seed123_refine.json"])
 def test_shipped_certificates_verify_and_are_reproducible(name):
     path = shipped(name)
     ob = verify(str(path), str(SHIPPED_MODEL), "flint")
     cert = ob.certificate
     reference = 15_821_617 if name.endswith("cubic.json") and "subcubic" not in name else 11_287_877
     assert cert["claim"]["correct_at_least"] >= reference     # the reference implementation's bound
+    if name.endswith("refine.json"):                          # refine without a budget: the exact count
+        assert cert["claim"]["correct_at_least"] == 16_763_235 == ob.figure("claim.correct_at_least")
     regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["generator"]["strategy"],
                                       cert["generator"].get("true_count"))
     assert certificate.dumps(regenerated) == path.read_text()
@@ -296,7 +298,7 @@ def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):
     path = write_model(tmp_path, *constructed(6, 3, 15.0, 3.0, 0.05, 3))
     out = str(tmp_path / "c.json")
     assert main(["accuracy", "--model", path, "--strategy", "cubic", "--out", out, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["figures"]
     ob = verify(out, path, "flint")
     cert = ob.certificate
     assert cert["claim"]["correct_at_least"] == report["bound"] > 0
@@ -474,10 +476,13 @@ def test_figures_record_the_certified_count_and_tallies(tiny, strategy):
     claimed = ob.certificate["claim"]["correct_at_least"]
     assert ob.figure("claim.correct_at_least") == claimed
     assert ob.done[-1].name == "accuracy: count"
-    assert all(o.name.startswith(("accuracy brute: ", "accuracy cubic: ", "accuracy subcubic: ", "accuracy: "))
-               for o in ob.done), [o.name for o in ob.done]
+    assert all(o.name.startswith(("accuracy brute: ", "accuracy cubic: ", "accuracy subcubic: ", "accuracy refine: ",
+                                  "accuracy: ")) for o in ob.done), [o.name for o in ob.done]
     if strategy == "brute":
         assert ob.figure("inputs decided") == 8 ** 3 and ob.figure("inputs certainly correct") == claimed
+    elif strategy.startswith("refine"):
+        assert ob.figure("inputs covered") + ob.figure("inputs covered by mixed entries") + \
+            ob.figure("inputs credited by pattern groups") == claimed
     else:
         assert ob.figure("cases confirmed") == len(ob.certificate["evidence"]["cases"])
         assert ob.figure("inputs covered") == claimed

@@ -10,6 +10,7 @@ from tcert.checker.interval import make_backend
 from tcert.checker.kinds import accuracy as acc
 from tcert.checker.kinds.accuracy import brute, cubic, subcubic
 from tcert.checker.kinds.accuracy import tables as mt
+from tcert.checker.kinds.accuracy.distribution import parse_distribution
 from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
@@ -33,7 +34,8 @@ def test_brute_force_never_counts_a_wrong_input(maxofk):
     """The brute-force strategy's count is at most the number of inputs not certainly wrong."""
     model, inputs, wrong = maxofk
     assert wrong, "the model should answer some inputs wrongly (otherwise the test is vacuous)"
-    assert brute.correct_count(integer_tables(make_backend("flint"), model)) <= len(inputs) - len(wrong)
+    T = integer_tables(make_backend("flint"), model)
+    assert brute.correct_weight(T, parse_distribution({}, T["n"], T["v"]))[0] <= len(inputs) - len(wrong)
 
 
 def test_every_accepted_cubic_case_covers_only_correct_inputs(maxofk):
@@ -58,7 +60,7 @@ def test_every_accepted_cubic_case_covers_only_correct_inputs(maxofk):
     covered = [tk for tk in inputs if (lambda m, q, c, ks: (m, q, c) in cases and ks <= set(cases[(m, q, c)]))(
         *case_of(tk))]
     assert not set(covered) & wrong, sorted(set(covered) & wrong)[:5]
-    assert cubic.confirmed_count(T, cases, Obligations()) == len(covered)
+    assert cubic.confirmed_count(T, cases, parse_distribution({}, n, v), Obligations()) == len(covered)
     assert len(covered) > 0
 
 
@@ -110,7 +112,7 @@ def test_exact_logit_ties_are_never_counted_correct(tmp_path):
     model = load_model(path)
     B = make_backend("flint")
     T = integer_tables(B, model, True)
-    assert brute.correct_count(T) <= (v - 2) ** k
+    assert brute.correct_weight(T, parse_distribution({}, k, v))[0] <= (v - 2) ** k
     for m, q, c in all_cases(k, v):
         if m < v - 2:
             continue

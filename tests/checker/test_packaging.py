@@ -12,7 +12,8 @@ import pytest
 
 from tcert.testing import ROOT
 
-PACKAGE_DIRS = {"tcert.checker": "checker", "tcert.generator": "generator", "tcert.testing": "tests/support"}
+PACKAGE_DIRS = {"tcert.checker": "checker", "tcert.generator": "generator", "tcert.testing": "tests/support",
+                "tcert.api": "api"}
 
 
 def setuptools_config() -> dict:

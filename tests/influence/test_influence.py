@@ -360,7 +360,7 @@ def test_cli_round_trip(tmp_path, capsys):
     mpath, model = robust(tmp_path, layers=2, n_ctx=16, attention="bidirectional")
     out = str(tmp_path / "c.json")
     assert tcert_main(["influence", "--model", mpath, "--n-min", "3", "--out", out, "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["figures"]
     assert summary["rate"] == "inverse" and summary["n_min"] == 3
     assert check_main([out, "--model", mpath]) == 0
     out2 = str(tmp_path / "c2.json")

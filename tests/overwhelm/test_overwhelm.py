@@ -327,10 +327,10 @@ def test_cli_writes_only_when_overwhelmed(shipped, tmp_path, capsys):
     out = tmp_path / "c.json"
     code = tcert(["overwhelm", "--model", str(MODEL), "--prefix-ids", prefix, "--query-id", str(c["query"]),
                   "--free", perm, "--method", "naive", "--out", str(out)])
-    assert code == 3 and not out.exists() and "Inconclusive" in capsys.readouterr().out
+    assert code == 4 and not out.exists() and "Inconclusive" in capsys.readouterr().out
     code = tcert(["overwhelm", "--model", str(MODEL), "--prefix-ids", prefix, "--query-id", str(c["query"]),
                   "--free", perm, "--method", "lp", "--out", str(out), "--json"])
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["figures"]
     assert code == 0 and report["verdict"] == "Overwhelmed"
     assert out.read_bytes() == CERT.read_bytes()     # deterministic: regenerates the shipped file
     assert tcert(["overwhelm", "--model", str(MODEL), "--query-id", "99", "--free", "any:2", "--out", str(out)]) == 2
@@ -368,8 +368,8 @@ def test_cli_text_options(capsys, tmp_path):
     prefix, free = "the president said on monday that the", "new york city"
     code = tcert(["overwhelm", "--model", path, "--prefix-text", prefix, "--query-text", "the",
                   "--free", "perm-text:" + free, "--out", str(tmp_path / "t.json"), "--json"])
-    report = json.loads(capsys.readouterr().out)
-    assert code in (0, 3) and (code == 0) == (tmp_path / "t.json").exists()
+    report = json.loads(capsys.readouterr().out)["figures"]
+    assert code in (0, 4) and (code == 0) == (tmp_path / "t.json").exists()
     assert report["n_fix"] == len(encode(tok, prefix)) and report["n_free"] == len(encode(tok, free))
 
 

@@ -184,7 +184,7 @@ def test_cli_tight_on_shipped_model(tmp_path, capsys):
                   "--prefix-ids", ",".join(map(str, claim["prefix"])), "--query-id", str(claim["query"]),
                   "--free", "perm:" + ",".join(map(str, claim["free"]["tokens"])), "--method", "tight",
                   "--out", str(out), "--json"])
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["figures"]
     assert code == 0 and report["verdict"] == "Overwhelmed" and report["predicted"] == claim["predicted"]
     for b in BACKENDS:
         ob = verify(str(out), str(ship / "neox1l_tiny.safetensors"), b)

@@ -157,23 +157,23 @@ def test_upto_zero_is_a_prediction(certs):
 
 
 def test_cli_upto(tmp_path, capsys):
-    """`tcert overwhelm --free upto:N` writes a certificate tcert-check verifies; exit 3 names failing lengths."""
+    """`tcert overwhelm --free upto:N` writes a certificate tcert-check verifies; exit 4 names failing lengths."""
     t, c = tiny_neox1l(14, qk_scale=0.5)
     path = tmp_path / "m.safetensors"
     save_model(str(path), t, c)
     out = tmp_path / "u.json"
     base = ["overwhelm", "--model", str(path), "--prefix-ids", ",".join(["1"] * 20), "--query-id", "2",
             "--free", f"upto:{N}", "--out", str(out)]
-    assert tcert(base + ["--method", "naive"]) == 3 and not out.exists()
+    assert tcert(base + ["--method", "naive"]) == 4 and not out.exists()
     assert "failing lengths: 3" in capsys.readouterr().out
     assert tcert(base + ["--method", "tight", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["failing"] == []
+    assert json.loads(capsys.readouterr().out)["figures"]["failing"] == []
     for b in BACKENDS:
         ob = verify(str(out), str(path), b)
         cert = ob.certificate
         assert cert["claim"]["free"] == {"kind": "upto", "length": N}
-    assert tcert(["overwhelm", "--model", str(path), "--query-id", "2", "--free", "upto:40", "--out",
-                  str(out)]) == 2
+    assert tcert(["overwhelm", "--model", str(path), "--query-id", "2", "--free", "upto:40", "--method", "naive",
+                  "--out", str(out)]) == 2
 
 
 SHARED_CASES = [(14, [1] * 20), (57, [3, 1, 4, 1, 5, 0, 2]), (0, [])]

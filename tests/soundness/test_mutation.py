@@ -66,6 +66,23 @@ def test_tight_overwhelm_mutants_never_accepted_false(cases, shas, name):
     assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
 
 
+@pytest.mark.parametrize("name", ["tiny max-of-3 v6 refine", "tiny max-of-3 v6 refine:1.1x",
+                                  "tiny max-of-3 v6 refine weighted", "tiny max-of-3 v6 cubic weighted"])
+def test_refine_and_weighted_accuracy_mutants_never_accepted_false(cases, shas, name):
+    """Accuracy by refinement (mixed entries, pattern groups) and claims under an input distribution
+    (position weights, max_at_least; judged by exhaustive weighted counts): same standard, and the certified
+    weight moved past itself is rejected."""
+    case = next(c for c in cases if c.name == name)
+    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=13)
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=113, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    for label, cert in M.headline_mutants(case):
+        verdict, detail = M.run_checker(cert, case.model_path)
+        assert verdict == "rejected", (case.name, label, detail)
+
+
 def test_upto_overwhelm_mutants_never_accepted_false(cases, shas):
     """The overwhelm free kind upto (evidence per length, shared tables in the checker): same standard."""
     case = next(c for c in cases if c.name == "tiny neox1l upto/naive")
@@ -111,10 +128,13 @@ def test_oracles_are_not_vacuous(cases):
     o = by_kind["overwhelm"]
     assert o.oracle(o.cert["claim"]) is True
     assert o.oracle(dict(o.cert["claim"], predicted=(o.cert["claim"]["predicted"] + 1) % 6)) is False
-    a = by_kind["accuracy"]
+    a = next(c for c in cases if c.name == "tiny max-of-3 v6 subcubic:svd-rec")
     n = a.cert["claim"]["correct_at_least"]
     assert a.oracle(a.cert["claim"]) is True and a.oracle(dict(a.cert["claim"], correct_at_least=216)) is False
     assert n < 216
+    w = next(c for c in cases if c.name == "tiny max-of-3 v6 refine weighted")
+    total = w.cert["claim"]["total_weight"]
+    assert w.oracle(w.cert["claim"]) is True and w.oracle(dict(w.cert["claim"], correct_at_least=total)) is False
     f = next(c for c in cases if c.kind == "influence" and "toy L2" in c.name)
     tiny = dict(f.cert["claim"], C="1/1000000", C_abs="1/1000000")
     assert f.oracle(dict(f.cert["claim"], C="0x1p+20")) is True and f.oracle(tiny) is False

@@ -172,3 +172,51 @@ def write_certificate(tmp_path, name, kind, model_path, claim, evidence):
     with open(path, "w") as f:
         json.dump(cert, f)
     return path
+
+
+def input_verdicts(model) -> dict:
+    """Every input of a Max-of-K model -> True (certainly correct), False (certainly not: a tie or worse) or
+    None (not decided at 120 bits): float64 decides gaps beyond 1e-6, the rigorous forward pass the rest."""
+    toks, gaps = float_gaps(model)
+    B = make_backend("flint", 120)
+    out = {}
+    with B.precision():
+        for tk, g in zip(toks, gaps):
+            key = tuple(int(t) for t in tk)
+            if abs(g) > 1e-6:
+                out[key] = bool(g > 0)
+                continue
+            L, m = last_logits(B, model, list(key)), max(key)
+            diffs = [L[m] - L[x] for x in range(len(L)) if x != m]
+            out[key] = True if all(B.lower(d) > 0 for d in diffs) else \
+                False if any(B.upper(d) <= 0 for d in diffs) else None
+    return out
+
+
+def random_distribution(rng, n: int, v: int, max_at_least: bool = True, weights: bool = True) -> dict:
+    """claim.distribution's JSON form with random exact weights (some zero) and/or a random max_at_least."""
+    dist = {}
+    if weights:
+        dist["position_weights"] = [[str(Fraction(rng.randint(0, 5), rng.choice((1, 2, 3, 7)))) for _ in range(v)]
+                                    for _ in range(n)]
+    if max_at_least:
+        dist["max_at_least"] = rng.randint(0, v - 1)
+    return dist
+
+
+def input_weight(dist: dict, tokens) -> Fraction:
+    """The weight an input has under claim.distribution's JSON form (direct product; the oracle)."""
+    if max(tokens) < dist.get("max_at_least", 0):
+        return Fraction(0)
+    w = Fraction(1)
+    for i, t in enumerate(tokens):
+        if "position_weights" in dist:
+            w *= Fraction(dist["position_weights"][i][t])
+    return w
+
+
+def weighted_truth(verdicts: dict, dist: dict) -> tuple:
+    """(weight of the inputs certainly correct, weight of those not certainly wrong) under `dist`."""
+    lo = sum((input_weight(dist, tk) for tk, ok in verdicts.items() if ok is True), Fraction(0))
+    hi = sum((input_weight(dist, tk) for tk, ok in verdicts.items() if ok is not False), Fraction(0))
+    return lo, hi

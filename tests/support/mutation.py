@@ -362,17 +362,42 @@ def accuracy_counts(model, prec=120) -> tuple:
 
 
 def accuracy_oracle(model):
-    """Accuracy oracle: the exact count by enumeration; claim N true iff N <= count."""
+    """Accuracy oracle: the exact count by enumeration; claim N true iff N <= count. A claim under a
+    distribution (claim.distribution) is judged by the weighted count of its inputs (None if the
+    distribution or its stated total is malformed: the checker must refuse it)."""
     lo, hi = accuracy_counts(model)
     c = model.config
+    verdicts = []
 
     def truth(claim):
         if (claim.get("task"), claim.get("d_vocab"), claim.get("n_ctx"), claim.get("inputs")) != \
                 ("max-of-k", c.d_vocab, c.n_ctx, c.d_vocab ** c.n_ctx):
             return None
+        if "distribution" in claim:
+            return weighted_claim_truth(model, claim, verdicts)
         N = claim["correct_at_least"]
         return True if N <= lo else False if N > hi else None
     return cached(truth)
+
+
+def weighted_claim_truth(model, claim, verdicts: list):
+    """Truth of a weighted accuracy claim by exhaustive weighted counts (`verdicts` caches the per-input
+    verdicts of the model)."""
+    from tcert.checker.kinds.accuracy.distribution import parse_distribution
+    from tcert.testing.accuracy import input_verdicts, input_weight, weighted_truth
+    c = model.config
+    try:
+        parse_distribution(claim, c.n_ctx, c.d_vocab)
+        dist, N = claim["distribution"], parse_number(claim["correct_at_least"], "N")
+        total = sum(input_weight(dist, t) for t in itertools.product(range(c.d_vocab), repeat=c.n_ctx))
+        if parse_number(claim.get("total_weight"), "total") != total:
+            return None
+    except (BadInput, KeyError, TypeError, ValueError, IndexError):
+        return None
+    if not verdicts:
+        verdicts.append(input_verdicts(model))
+    w_lo, w_hi = weighted_truth(verdicts[0], dist)
+    return True if N <= w_lo else False if N > w_hi else None
 
 
 MAX_COROLLARY_INPUTS = 20_000
@@ -586,6 +611,12 @@ def tiny_cases(workdir: str) -> list:
     cert, _ = make_certificate(m, "subcubic:svd-rec")      # recursive deflation hints (x_i, y_i)
     tight_cases.append(Case("accuracy", "tiny max-of-3 v6 subcubic:svd-rec", cert, path,
                             lambda m=m: accuracy_oracle(m)))
+    for name, strategy, dist in (("refine", "refine", None), ("refine:1.1x", "refine:1.1x", None),
+                                 ("refine weighted", "refine", {"max_at_least": 2, "position_weights": [
+                                     ["1", "2", "1/3", "0", "5", "1"], ["1"] * 6, ["3/7", "1", "1", "2", "1", "1"]]}),
+                                 ("cubic weighted", "cubic", {"max_at_least": 3})):
+        cert, _ = make_certificate(m, strategy, None, dist)
+        tight_cases.append(Case("accuracy", f"tiny max-of-3 v6 {name}", cert, path, lambda m=m: accuracy_oracle(m)))
     return (cases + tight_cases + real_block_cases(workdir) + upto_cases(workdir)   # appended last: the per-index
             + nope_cases(workdir))                                                    # tests keep their cases
 

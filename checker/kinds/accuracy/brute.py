@@ -2,10 +2,13 @@
 
 evidence {"strategy": "brute"}
 
-For query q put H[i, t, x] = e[q, t] pw[q, i] (EU[q, x] + EVOU[t, x] + PVOU[i, x]): then sum_i H[i, t_i, x]
-is a positive multiple of logit x of input (t_0..t_{n-2}, q), and the input is correct iff that sum is
-larger at x = m = max(t) than at every x != m. The checker decides this for every input from exact integer
-bounds of H (lower ends at m, upper ends elsewhere), so the count is of inputs certainly correct.
+Per query q and position pattern P (the non-query positions holding a token other than the max m; the others
+hold m), for every m at once (`rows`): an input passes the top-2 bound when A[m] + sum_{i in P}
+D[i, t_i, m] < 0, A[m] the fixed positions' part of the logit gap (coupled over x) and D the top-2 bound of
+each free position, all aligned to one exponent per m: a proof that it is correct (the maximum of a sum is at
+most the sum of the maxima), which settles almost every input with O(n) work. The others get the full test
+over every x (`rows.decide`), and the few int64 cannot decide the exact one on the integer tables
+(`rows.exact_correct`). An input counts only when certainly correct; with a distribution, its weight.
 
 Obligations: "accuracy brute: rigorous tables", "accuracy brute: every input".
 """
@@ -16,13 +19,15 @@ import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.accuracy.tables import integer_tables, product_bounds
+from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
+                                                value_tables)
+from tcert.checker.kinds.accuracy.tables import integer_tables
 
 MAX_BRUTE_INPUTS = 1 << 26
 
 
-def certified(B, model, evidence, ob) -> tuple:
-    """(inputs certainly correct, "brute force") for a brute-force certificate."""
+def certified(B, model, evidence, dist, ob) -> tuple:
+    """(weight of the inputs certainly correct, "brute force") for a brute-force certificate."""
     fields(evidence, "evidence", {"strategy"})
     n, v = model.config.n_ctx, model.config.d_vocab
     if v ** n > MAX_BRUTE_INPUTS:
@@ -30,79 +35,56 @@ def certified(B, model, evidence, ob) -> tuple:
     with ob.step("accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
         tables = integer_tables(B, model)
     with ob.step("accuracy brute: every input") as fig:
-        count = correct_count(tables)
+        total, tally = correct_weight(tables, dist)
         fig["inputs decided"] = v ** n
-        fig["inputs certainly correct"] = count
-    return count, "brute force"
+        fig["inputs certainly correct"] = tally[0]
+        fig["inputs settled by the top-2 bound"] = tally[1]
+        fig["inputs decided by the exact test"] = tally[2]
+    return total, "brute force"
 
 
-def logit_terms(tables, q: int):
-    """Exact bounds (object ints) of H[i, t, x] = w(q, i, t) (EU[q,x] + EVOU[t,x] + PVOU[i,x]) for query q.
-
-    w(q, i, t) = e[q, t] pw[q, i] is a positive multiple (the same for all i, t) of the softmax numerator
-    of key t at position i, so sum_i H[i, t_i, x] is a positive multiple of logit x.
-    """
-    w_lo = tables["e_lo"][q][None, :] * tables["pw_lo"][q][:, None]            # (i, t)
-    w_hi = tables["e_hi"][q][None, :] * tables["pw_hi"][q][:, None]
-    value_lo = tables["EU_lo"][q][None, None, :] + tables["EVOU_lo"][None, :, :] + tables["PVOU_lo"][:, None, :]
-    value_hi = tables["EU_hi"][q][None, None, :] + tables["EVOU_hi"][None, :, :] + tables["PVOU_hi"][:, None, :]
-    return product_bounds(w_lo[:, :, None], w_hi[:, :, None], value_lo, value_hi)     # (i, t, x)
-
-
-def row_mantissas(H_lo, H_hi, n: int):
-    """Each row H[i, t, :] as int64 mantissas with one exponent: lo * 2^E <= H <= hi * 2^E (exact floor /
-    ceil), |mantissas| < 2^MANT so that n + 1 aligned terms sum without overflow."""
-    mant = 61 - (n + 1).bit_length()
-    shape = H_lo.shape[:2]
-    E = np.zeros(shape, dtype=np.int64)
-    lo = np.zeros(H_lo.shape, dtype=np.int64)
-    hi = np.zeros(H_lo.shape, dtype=np.int64)
-    for i, t in np.ndindex(*shape):
-        a, b = H_lo[i, t], H_hi[i, t]
-        e = max(max(abs(x) for x in a), max(abs(x) for x in b), 1).bit_length() - mant
-        E[i, t] = e
-        lo[i, t] = [x >> e if e >= 0 else x << -e for x in a]
-        hi[i, t] = [-((-x) >> e) if e >= 0 else x << -e for x in b]
-    return lo, hi, E
-
-
-def aligned(x, shift, up: bool):
-    """x * 2^-shift rounded down (or up), exactly: int64 arithmetic shift (shift >= 0, capped at 63,
-    which is exact because |x| < 2^62 already floors to 0 or -1 there)."""
-    s = np.minimum(shift, 63)
-    return -((-x) >> s) if up else x >> s
-
-
-def correct_count(tables) -> int:
-    """Number of inputs whose max token's logit is certainly strictly above every other logit.
-
-    For query q, input (t_0..t_{n-2}, q) with max m is counted when sum_i lo_i[t_i, m] > sum_i hi_i[t_i, x]
-    for every x != m, all terms aligned to the input's largest row exponent (exact floor / ceil), so each
-    input keeps ~58 bits relative to its own dominant term. Positions other than the last two (or one)
-    non-query positions are enumerated; those are broadcast.
-    """
-    if int(np.right_shift(np.array([-5], dtype=np.int64), 1)[0]) != -3:   # floor semantics is relied on
-        raise RuntimeError("int64 >> is not an arithmetic (floor) shift on this platform")
+def correct_weight(tables, dist) -> tuple:
+    """(summed weight numerators of the inputs certainly correct, (their number, how many of them the top-2
+    bound settled, how many inputs only the exact test on the integer tables decided))."""
     n, v = tables["n"], tables["v"]
-    inner = list(range(max(0, n - 3), n - 1))
-    outer = inner[0]
-    toks = np.arange(v)
-    grids = np.meshgrid(*[toks] * len(inner), indexing="ij")
-    gmax = np.maximum.reduce(list(grids))
-    count = 0
+    values = value_tables(tables)
+    total, tally = 0, np.zeros(3, dtype=np.int64)
     for q in range(v):
-        lo, hi, E = row_mantissas(*logit_terms(tables, q), n)
-        for pre in itertools.product(range(v), repeat=outer):
-            rows = [(n - 1, q)] + list(enumerate(pre))
-            E_input = np.maximum.reduce([np.full(gmax.shape, E[i, t]) for i, t in rows]
-                                        + [E[pos][g] for pos, g in zip(inner, grids)])
-            m = np.maximum(gmax, max((q,) + pre))
-            logit_hi = sum(aligned(hi[i, t], (E_input - E[i, t])[..., None], True) for i, t in rows)
-            logit_m_lo = sum(aligned(lo[i, t][m], E_input - E[i, t], False) for i, t in rows)
-            for pos, g in zip(inner, grids):
-                sh = E_input - E[pos][g]
-                logit_hi = logit_hi + aligned(hi[pos][g], sh[..., None], True)
-                logit_m_lo = logit_m_lo + aligned(lo[pos][g, m], sh, False)
-            above = (logit_hi >= logit_m_lo[..., None]).sum(axis=-1)    # x = m always counts itself
-            count += int(np.count_nonzero(above == 1))
-    return count
+        rows = query_rows(tables, values, q)
+        Eq = common_exponents(rows, q)
+        Dal = align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)          # (i, t, m) at Eq[m]
+        for c in range(n):
+            for P in itertools.combinations(range(n - 1), c):
+                w, t = pattern_inputs(tables, rows, Eq, Dal, q, P, dist)
+                total, tally = total + w, tally + t
+    return total, tuple(int(x) for x in tally)
+
+
+def pattern_inputs(tables, rows, Eq, Dal, q: int, P: tuple, dist) -> tuple:
+    """(summed weight numerators, tallies) of the certainly correct inputs of query q whose non-max tokens sit
+    at the positions P, for every max token m at once (m >= q; m = q when no other position holds m)."""
+    n, v = tables["n"], tables["v"]
+    M = [i for i in range(n - 1) if i not in P]
+    lo = max(q, dist.m0, 1 if P else 0)
+    ms = np.arange(lo, v) if M else np.arange(q, q + 1 if q >= lo else q)
+    if len(ms) == 0:
+        return 0, np.zeros(3, dtype=np.int64)
+    S = fixed_part(rows, Eq, q, M, ms).reshape((-1,) + (1,) * len(P))        # axes: m, then each t_i, i in P
+    valid = np.ones((len(ms),) + (v,) * len(P), dtype=bool)
+    for j, i in enumerate(P):
+        along = (len(ms),) + (1,) * j + (v,) + (1,) * (len(P) - j - 1)
+        S = S + Dal[i][:, ms].T.reshape(along)
+        valid &= np.arange(v).reshape((1,) + along[1:]) < ms.reshape((-1,) + (1,) * len(P))
+    correct = valid & (S < 0)
+    by_top2 = int(np.count_nonzero(correct))
+    rest = np.nonzero(valid & ~correct)
+    tok = np.empty((len(rest[0]), n), dtype=np.int64)
+    tok[:, M], tok[:, n - 1] = ms[rest[0]][:, None], q
+    for j, i in enumerate(P):
+        tok[:, i] = rest[j + 1]
+    verdict = decide(rows, tok, ms[rest[0]])
+    undecided = np.nonzero(verdict == 0)[0]
+    for j in undecided:
+        verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
+    correct[rest] = verdict == 1
+    return dist.group_sum(correct, q, ms, M, P), np.array([np.count_nonzero(correct), by_top2, len(undecided)])

@@ -25,13 +25,13 @@ from tcert.checker.kinds.accuracy.tables import (SHIFT, centred_upper, integer_t
 from tcert.checker.numbers import show
 
 
-def certified(B, model, evidence, ob) -> tuple:
-    """(inputs the confirmed cases cover, "cubic proof") for a cubic certificate."""
+def certified(B, model, evidence, dist, ob) -> tuple:
+    """(weight of the inputs the confirmed cases cover, "cubic proof") for a cubic certificate."""
     fields(evidence, "evidence", {"strategy", "cases"})
     cases = parse_cases(evidence, model.config.n_ctx, model.config.d_vocab, "hexmask", parse_mask)
     with ob.step("accuracy cubic: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
         tables = integer_tables(B, model)
-    return confirmed_count(tables, cases, ob), "cubic proof"
+    return confirmed_count(tables, cases, dist, ob), "cubic proof"
 
 
 def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
@@ -45,14 +45,15 @@ def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
     return [k for k in range(m) if bits >> k & 1] if c else []
 
 
-def confirmed_count(tables, cases, ob) -> int:
-    """Confirm every claimed case (obligation "accuracy cubic: claimed cases"); return the number of
-    inputs they cover."""
+def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None) -> int:
+    """Confirm every claimed case (obligation "accuracy <method>: claimed cases"); return the summed weight
+    numerators of the inputs they cover (their number under uniform counting). `values` caches the
+    per-max-token value bounds (a dict, filled here)."""
     n = tables["n"]
     scale = Fraction(1, 1 << (tables["e_shift"] + tables["pw_shift"] + SHIFT))
-    count = 0
-    values, sums = {}, {}
-    with ob.step("accuracy cubic: claimed cases") as fig:
+    count = weight = 0
+    values, sums = {} if values is None else values, {}
+    with ob.step(f"accuracy {method}: claimed cases") as fig:
         for (m, q, c), ks in sorted(cases.items()):
             if m not in values:
                 values[m] = value_bounds(tables, m)
@@ -66,9 +67,10 @@ def confirmed_count(tables, cases, ob) -> int:
                                    f"{show(bad[0][1] * scale)} >= 0 (a positive multiple of max_(x != m) "
                                    f"logit_x - logit_m)")
             count += case_inputs(n, c, len(ks))
+            weight += dist.case(m, q, [(ks, c)] if c else [])
         fig["cases confirmed"] = len(cases)
         fig["inputs covered"] = count
-    return count
+    return weight
 
 
 def value_bounds(tables, m: int):

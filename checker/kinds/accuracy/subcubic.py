@@ -50,22 +50,24 @@ class Evidence(NamedTuple):
     groups: list | None
 
 
-def certified(B, model, evidence, ob) -> tuple:
-    """(inputs the confirmed cases cover, "subcubic proof (variant[+eu])") for a subcubic certificate."""
+def certified(B, model, evidence, dist, ob) -> tuple:
+    """(weight of the inputs the confirmed cases cover, "subcubic proof (variant[+eu])") for a subcubic
+    certificate."""
     parsed = parse_evidence(evidence, model.config)
     eqke = parsed.variant == "exact-eqke"
     with ob.step("accuracy subcubic: rigorous tables (EQKP, EU, EVOU, PVOU" + (", EQKE)" if eqke else ", Q, K)")):
         tables = integer_tables(B, model, eqke)
-    return certified_on(B, tables, parsed, ob)
+    return certified_on(B, tables, parsed, ob, dist)
 
 
-def certified_on(B, tables, parsed: Evidence, ob) -> tuple:
-    """`certified` from already computed integer tables (EQKE among them for exact-eqke)."""
+def certified_on(B, tables, parsed: Evidence, ob, dist=None) -> tuple:
+    """`certified` from already computed integer tables (EQKE among them for exact-eqke); `dist` None:
+    uniform counting."""
     with ob.step("accuracy subcubic: value bounds (mean+diff, top-2 per row)") as fig:
         values = value_bounds(tables, parsed.groups)
         fig["EU groups"] = len(set(parsed.groups)) if parsed.groups else 0
     scores = attention_scores(B, tables, parsed, ob)
-    count = confirmed_count(B, tables, values, scores, parsed.cases, ob)
+    count = confirmed_count(B, tables, values, scores, parsed.cases, ob, dist)
     return count, f"subcubic proof ({parsed.variant}{'+eu' if parsed.groups else ''})"
 
 
@@ -304,13 +306,14 @@ def split_scores(B, a, b, Q_rem, K_rem, inv) -> dict:
 
 # ---------------------------------------------------------------------------------------------- cases
 
-def confirmed_count(B, tables, values, scores, cases, ob) -> int:
+def confirmed_count(B, tables, values, scores, cases, ob, dist=None) -> int:
     """Confirm every claimed (m, q, c) -> cutoff j case (obligation "accuracy subcubic: claimed cases");
-    return the number of inputs they cover (all c non-max non-query tokens <= j)."""
+    return the summed weight numerators of the inputs they cover (all c non-max non-query tokens <= j; their
+    number under uniform counting, also when `dist` is None)."""
     n = tables["n"]
     pre_hi = prefix_max(scores["ab_hi"])
     scale = Fraction(1, 1 << (tables["pw_shift"] + SHIFT))
-    ratios, sums, count = {}, {}, 0
+    ratios, sums, count, weight = {}, {}, 0, 0
     with ob.step("accuracy subcubic: claimed cases") as fig:
         for (m, q, c), j in sorted(cases.items()):
             if q not in sums:
@@ -325,9 +328,10 @@ def confirmed_count(B, tables, values, scores, cases, ob) -> int:
                 raise Rejected("", f"{case_name(m, q, c)}, cutoff {j}: bound {show(bound * scale)} >= 0 (a positive multiple of "
                                    f"max_(x != m) logit_x - logit_m; scores at 2^-{scores['shift']})")
             count += case_inputs(n, c, j + 1)
+            weight += dist.case(m, q, [(range(j + 1), c)] if c else []) if dist else case_inputs(n, c, j + 1)
         fig["cases confirmed"] = len(cases)
         fig["inputs covered"] = count
-    return count
+    return weight
 
 
 def query_ratio(B, tables, scores, Tq, q: int, m: int) -> Fraction:

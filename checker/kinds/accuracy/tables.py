@@ -169,6 +169,8 @@ def position_sums(tables, q: int) -> PositionSums:
 
 def mul_upper(w_lo, w_hi, x):
     """Upper bound of w * x over w in [w_lo, w_hi] for an exact x (elementwise; any signs; ints)."""
+    if type(x) is int and type(w_lo) is int and type(w_hi) is int:
+        return w_hi * x if x >= 0 else w_lo * x
     x, w_lo, w_hi = (np.asarray(a, dtype=object) for a in (x, w_lo, w_hi))
     return np.where(x >= 0, as_objects(w_hi * x), as_objects(w_lo * x))
 

@@ -1,0 +1,312 @@
+"""`accuracy` by refinement: the cubic proof first, then the cases it leaves undecided split further and, at
+the bottom, decided input by input.
+
+evidence {"strategy": "refine",
+          "cases":    [[m, q, c, hexmask], ...]       the cubic proof (cubic.py): case (m, q, c), every filling
+                                                      of its c non-max positions from the token set K = hexmask
+          "mixed":    [[m, q, c, hexmask, b], ...]    case (m, q, c) split by the identity of its tokens: the
+                                                      inputs with exactly b of the c non-max positions holding
+                                                      tokens of S = hexmask (S disjoint from K), the other c - b
+                                                      tokens of K, in any order (`mixed_bound`)
+          "patterns": [[m, q, posmask, rule], ...]}   case (m, q, c = |P|) split by position: the inputs with
+                                                      the non-max tokens at the positions P = posmask (bit i =
+                                                      position i), settled by rule "d" (`pattern_credit`: the
+                                                      decoupled count) or "e" (each input "d" leaves decided
+                                                      exactly by `rows.decide` / `rows.exact_correct`)
+
+A case (m, q, c) is split one way or the other, not both, and every entry is listed once (so the inputs each
+entry credits are disjoint from the other entries' and from the cubic cases'). Credited: the cubic cases'
+inputs, every input of each confirmed mixed entry (an entry that cannot be confirmed is rejected), and for
+each pattern entry the inputs outside K^P that its rule proves correct (a count: inputs it cannot prove are
+simply not credited).
+
+Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases" (the cubic rule),
+"accuracy refine: mixed cases", "accuracy refine: pattern groups".
+"""
+
+import math
+
+import numpy as np
+
+from tcert.checker.envelope import fields
+from tcert.checker.errors import BadInput, Rejected
+from tcert.checker.kinds.accuracy import cubic
+from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
+from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
+                                                value_tables)
+from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
+from tcert.checker.numbers import parse_int, show
+
+MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
+MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
+
+
+def certified(B, model, evidence, dist, ob) -> tuple:
+    """(weight of the inputs credited, "refined proof") for a refine certificate."""
+    fields(evidence, "evidence", {"strategy", "cases", "mixed", "patterns"})
+    n, v = model.config.n_ctx, model.config.d_vocab
+    cases = parse_cases(evidence, n, v, "hexmask", cubic.parse_mask)
+    mixed = parse_mixed(evidence["mixed"], cases, n, v)
+    patterns = parse_patterns(evidence["patterns"], mixed, n, v)
+    with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
+        tables = integer_tables(B, model)
+    values = {}                  # cubic's per-max-token value bounds, shared with the mixed entries
+    weight = cubic.confirmed_count(tables, cases, dist, ob, "refine", values)
+    weight += mixed_weight(tables, cases, mixed, dist, values, ob)
+    weight += pattern_weight(tables, cases, patterns, dist, ob)
+    return weight, "refined proof"
+
+
+# ------------------------------------------------------------------------------------------- evidence
+
+def token_set(mask, where: str, m: int) -> list:
+    """The tokens of a lowercase hex mask: a non-empty subset of [0, m)."""
+    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or any(ch not in "0123456789abcdef" for ch in mask):
+        raise BadInput(f"{where}: must be a lowercase hex string")
+    bits = int(mask, 16)
+    if not 0 < bits < (1 << m):
+        raise BadInput(f"{where}: must be a non-empty subset of the tokens below m = {m}")
+    return [k for k in range(m) if bits >> k & 1]
+
+
+def parse_mixed(entries, cases: dict, n: int, v: int) -> dict:
+    """evidence.mixed as {(m, q, c): [(S, b), ...]}: S disjoint from the case's K, and two entries of one case
+    with the same b have disjoint sets (entries with different b cover disjoint inputs anyway: every token
+    outside K is in the entry's set, and there are exactly b of them)."""
+    if not isinstance(entries, list) or len(entries) > v * v * n * v:
+        raise BadInput(f"evidence.mixed: must be a list of at most {v * v * n * v} entries")
+    out = {}
+    for j, entry in enumerate(entries):
+        where = f"evidence.mixed[{j}]"
+        if not isinstance(entry, list) or len(entry) != 5:
+            raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
+        m = parse_int(entry[0], where + ".m", 1, v - 1)
+        q = parse_int(entry[1], where + ".q", 0, m)
+        c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
+        S = token_set(entry[3], where + ".mask", m)
+        b = parse_int(entry[4], where + ".b", 1, c)
+        if set(S) & set(cases.get((m, q, c), [])):
+            raise BadInput(f"{where}: the set meets the cubic set of {case_name(m, q, c)}")
+        for S2, b2 in out.get((m, q, c), []):
+            if b2 == b and set(S) & set(S2):
+                raise BadInput(f"{where}: overlaps another mixed entry of {case_name(m, q, c)}")
+        out.setdefault((m, q, c), []).append((S, b))
+    return out
+
+
+def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
+    """evidence.patterns as {(m, q, P): rule} (P a tuple of positions), within the limits."""
+    if not isinstance(entries, list) or len(entries) > v * v * (1 << (n - 1)):
+        raise BadInput(f"evidence.patterns: must be a list of at most {v * v * (1 << (n - 1))} entries")
+    out, work = {}, 0
+    for j, entry in enumerate(entries):
+        where = f"evidence.patterns[{j}]"
+        if not isinstance(entry, list) or len(entry) != 4 or entry[3] not in ("d", "e"):
+            raise BadInput(f"{where}: must be [m, q, posmask, \"d\" | \"e\"]")
+        m = parse_int(entry[0], where + ".m", 0, v - 1)
+        q = parse_int(entry[1], where + ".q", 0, m)
+        mask = parse_int(entry[2], where + ".posmask", 0, (1 << (n - 1)) - 1)
+        P = tuple(i for i in range(n - 1) if mask >> i & 1)
+        if (q < m and len(P) == n - 1) or (m == 0 and P) or len(P) > MAX_PATTERN_POSITIONS:
+            raise BadInput(f"{where}: no such position pattern (at most {MAX_PATTERN_POSITIONS} positions, "
+                           f"one holding m when q < m)")
+        if (m, q, len(P)) in mixed or (m, q, P) in out:
+            raise BadInput(f"{where}: {case_name(m, q, len(P))} is split twice")
+        work += m ** len(P)
+        out[(m, q, P)] = entry[3]
+    if work > MAX_PATTERN_WORK:
+        raise BadInput(f"evidence.patterns: {show(work)} inputs in the pattern groups exceed {MAX_PATTERN_WORK}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ mixed cases
+
+def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
+    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"); their summed weight numerators."""
+    needed, keys, weight, count = {}, {}, 0, 0
+    for (m, q, c), entries in mixed.items():
+        needed.setdefault((q, m), set()).update(k for S, _ in entries for k in S)
+    with ob.step("accuracy refine: mixed cases") as fig:
+        for (m, q, c), entries in sorted(mixed.items()):
+            if m not in values:
+                values[m] = cubic.value_bounds(tables, m)
+            if (q, m) not in keys:
+                keys[(q, m)] = key_bounds(tables, q, m, sorted(needed[(q, m)]))
+            case, K = (m, q, c), cases.get((m, q, c), [])
+            ends = [(u, u * keys[(q, m)][0] + keys[(q, m)][1]) for u in max_weights(tables, q, c)]
+            beta_K = key_bound(tables, values[m], q, K)
+            for S, b in entries:
+                bound = mixed_bound(tables, keys[(q, m)][2], ends, beta_K, case, S, b)
+                if not bound < 0:
+                    raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
+                                       f"{show(bound * bound_scale(tables))} >= 0")
+                weight += dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
+                count += math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
+        fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
+        fig["inputs covered by mixed entries"] = count
+    return weight
+
+
+def max_weights(tables, q: int, c: int) -> tuple:
+    """The ends of u's range: the least and the largest positional weight sum of n-1-c non-query positions."""
+    sums = position_sums(tables, q)
+    r = tables["n"] - 1 - c
+    return sums.smallest[r], sums.largest[r]
+
+
+def bound_scale(tables):
+    """What one unit of a numerator bound is worth (2^-(e_shift + pw_shift + SHIFT))."""
+    return 2 ** -(tables["e_shift"] + tables["pw_shift"] + SHIFT)
+
+
+def key_bounds(tables, q: int, m: int, tokens) -> tuple:
+    """Per competitor x != m (every table centred at column m, Pn[x] = max over non-query positions i of
+    PVOU[i,x] - PVOU[i,m]; upper bounds, object ints):
+        Mx[x] >= e[q,m] (EU[q,x] + EVOU[m,x] + Pn[x])                   a max-token key, per unit of position weight
+        Qx[x] >= e[q,q] pw[q,n-1] (EU[q,x] + EVOU[q,x] + PVOU[n-1,x])   the query key
+        Bk[k][x] >= e[q,k] (EU[q,x] + EVOU[k,x] + Pn[x])                a key k of `tokens`, per unit of position weight"""
+    n, v = tables["n"], tables["v"]
+    keep = np.arange(v) != m
+    EU = (tables["EU_hi"][q] - tables["EU_lo"][q, m])[keep]
+    centred = lambda k: (tables["EVOU_hi"][k] - tables["EVOU_lo"][k, m])[keep]
+    PV = (tables["PVOU_hi"] - tables["PVOU_lo"][:, [m]])[:, keep]
+    Pn = PV[: n - 1].max(axis=0)
+    e_lo, e_hi = tables["e_lo"][q], tables["e_hi"][q]
+    eq_lo, eq_hi = e_lo[q] * tables["pw_lo"][q][n - 1], e_hi[q] * tables["pw_hi"][q][n - 1]
+    Bk = {k: mul_upper(e_lo[k], e_hi[k], EU + centred(k) + Pn) for k in tokens}
+    return mul_upper(e_lo[m], e_hi[m], EU + centred(m) + Pn), mul_upper(eq_lo, eq_hi, EU + centred(q) + PV[n - 1]), Bk
+
+
+def key_bound(tables, values, q: int, K) -> int:
+    """betaK >= max_{t in K} e[q,t] S_t with S_t = EUp[q] + R[t], cubic's per-key bound (0 for K empty)."""
+    if not K:
+        return 0
+    _, _, EUp, R = values
+    return max(int(x) for x in mul_upper(tables["e_lo"][q][K], tables["e_hi"][q][K], EUp[q] + R[K]))
+
+
+def mixed_bound(tables, Bk, ends, beta_K, case, S, b) -> int:
+    """An upper bound of the numerator of max_{x != m} logit_x - logit_m over every input of case (m, q, c)
+    with b non-max positions holding tokens of S and c - b tokens of the case's K, in any order (`ends`:
+    each end u of the max positions' weight range with u Mx + Qx; `beta_K` from `key_bound`).
+
+    With u, W, W_K the positional weight sums of the max, S and K positions (u + W + W_K = P), the numerator
+    of logit x is at most u Mx[x] + W betaS[x] + W_K betaK + Qx[x] (`key_bounds`; betaS[x] = max_{k in S}
+    Bk[k][x], coupled over x; betaK >= max_{t in K} e[q,t] S_t, the cubic per-key bound). Substituting W_K,
+    the max over x is a convex function of (u, W); u and W each lie in their range over all orders, so its
+    maximum over the box of those ranges, at a corner, bounds every input. With b = c (no K positions)
+    W = P - u: the ends of u's range."""
+    m, q, c = case
+    sums = position_sums(tables, q)
+    beta_S = Bk[S[0]] if len(S) == 1 else np.max([Bk[k] for k in S], axis=0)
+    if b == c:
+        return max(int(np.max(base + mul_upper(sums.total_lo - u, sums.total_hi - u, beta_S))) for u, base in ends)
+    corners = [int(np.max(base + w * beta_S)) - (u + w) * beta_K
+               for u, base in ends for w in (sums.smallest[b], sums.largest[b])]
+    return max(corners) + int(mul_upper(sums.total_lo, sums.total_hi, beta_K))
+
+
+# ----------------------------------------------------------------------------------------- pattern groups
+
+def pattern_weight(tables, cases, patterns, dist, ob) -> int:
+    """Credit every pattern entry (obligation "accuracy refine: pattern groups"): the summed weight
+    numerators of the inputs outside the cubic set K^P that its rule proves correct (rule "e"'s inputs of one
+    query decided together)."""
+    values, weight, tally = value_tables(tables), 0, np.zeros(2, dtype=np.int64)
+    with ob.step("accuracy refine: pattern groups") as fig:
+        by_query = {}
+        for (m, q, P), rule in sorted(patterns.items()):
+            if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
+                by_query.setdefault(q, []).append(((m, q, P), rule))
+        for q, groups in sorted(by_query.items()):
+            rows = query_rows(tables, values, q)
+            Eq = common_exponents(rows, q)
+            query, pending = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), []
+            for group, rule in groups:
+                w, counted, left = pattern_credit(tables, query, group, cases.get(group[:2] + (len(group[2]),), []),
+                                                  rule, dist)
+                weight, tally[0] = weight + w, tally[0] + counted
+                pending += [left] if left else []
+            w, counted, decided = decided_weight(tables, rows, q, pending, dist)
+            weight, tally = weight + w, tally + (counted, decided)
+        fig["pattern groups"] = len(patterns)
+        fig["inputs credited by pattern groups"] = int(tally[0])
+        fig["inputs decided one by one"] = int(tally[1])
+    return weight
+
+
+def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
+    """(summed weight numerators, number) of the inputs of group (m, q, P) outside K^P that rule "d" proves
+    correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`, the top-2 bound of each free position; all
+    aligned to one exponent); and for rule "e" the inputs it leaves, to be decided one by one (token rows,
+    P, the fixed positions' weight), else None."""
+    (m, q, P), (rows, Eq, Dal) = group, query
+    n = tables["n"]
+    M = [i for i in range(n - 1) if i not in P]
+    theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
+    betas = [Dal[i][:m, m] for i in P]
+    free = [np.arange(m)] * len(P)
+    fixed_w = math.prod(dist.a[i][t] for i, t in [(i, m) for i in M] + [(n - 1, q)]) if m >= dist.m0 else 0
+    inK = np.zeros(m, dtype=bool)
+    inK[K] = True
+    counted, weight, failing = separable(betas, free, theta, dist, P)
+    if K:
+        k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
+        counted, weight = counted - k_counted, weight - k_weight
+    if rule != "e" or not len(failing):
+        return weight * fixed_w, counted, None
+    failing = failing[~np.all(inK[failing], axis=1)] if P else failing
+    tok = np.full((len(failing), n), m)
+    tok[:, n - 1] = q
+    tok[:, list(P)] = failing
+    return weight * fixed_w, counted, (tok, P, fixed_w)
+
+
+def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
+    """(summed weight numerators, number, number decided) of the inputs in `pending` (from `pattern_credit`)
+    that `rows.decide`, or where it cannot tell `rows.exact_correct`, proves correct."""
+    if not pending:
+        return 0, 0, 0
+    tok = np.concatenate([t for t, _, _ in pending])
+    verdict = decide(rows, tok, tok.max(axis=1))
+    for j in np.nonzero(verdict == 0)[0]:
+        verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
+    weight, start = 0, 0
+    for t, P, fixed_w in pending:
+        good = t[verdict[start:start + len(t)] == 1]
+        start += len(t)
+        weight += fixed_w * (len(good) if dist.unit else
+                             sum(math.prod(dist.a[i][row[i]] for i in P) for row in good.tolist()))
+    return weight, int(np.count_nonzero(verdict == 1)), len(tok)
+
+
+def separable(betas, tokens, theta: int, dist, P) -> tuple:
+    """For the fillings t of the free positions P (position P[j] ranging over tokens[j], with bounds
+    betas[j]): (how many have sum_j betas[j][t_j] < theta, their summed weight numerators (the free
+    positions' only), the fillings that do not, as token rows). All but the last position are enumerated;
+    the last is sorted and searched."""
+    if not P:
+        return (1, 1, np.zeros((0, 0), dtype=np.int64)) if 0 < theta else (0, 0, np.zeros((1, 0), dtype=np.int64))
+    if any(len(t) == 0 for t in tokens):
+        return 0, 0, np.zeros((0, len(P)), dtype=np.int64)
+    grids = np.meshgrid(*[np.arange(len(t)) for t in tokens[:-1]], indexing="ij")
+    idx = [g.ravel() for g in grids]
+    partial = sum((b[i] for b, i in zip(betas[:-1], idx)), np.zeros(len(idx[0]) if idx else 1, np.int64))
+    order = np.argsort(betas[-1], kind="stable")
+    last = betas[-1][order]
+    k = np.searchsorted(last, theta - partial, side="left")         # fillings of the last position below
+    counted = int(k.sum())
+    if dist.unit:
+        weight = counted
+    else:
+        a = [np.array([dist.a[p][t] for t in tok], dtype=object) for p, tok in zip(P, tokens)]
+        cum = np.concatenate([[0], np.cumsum(a[-1][order])]).astype(object)
+        pre = np.ones(len(partial), dtype=object)
+        for aj, i in zip(a[:-1], idx):
+            pre = pre * aj[i]
+        weight = int(sum(pre * cum[k]))
+    rest = len(last) - k
+    part = np.repeat(np.arange(len(partial)), rest)
+    pos = np.arange(int(rest.sum())) - np.repeat(np.cumsum(rest) - rest, rest) + k[part]
+    failing = np.stack([tok[i[part]] for tok, i in zip(tokens[:-1], idx)] + [tokens[-1][order[pos]]], axis=1)
+    return counted, weight, failing

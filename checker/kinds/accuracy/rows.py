@@ -1,0 +1,158 @@
+"""Per-query logit terms as int64 mantissas, for the rules that decide inputs one at a time (brute force, refine).
+
+For query q and key token t at position i put w_i[t] = e[q,t] pw[q,i] (a positive multiple of the softmax
+numerator, the same multiple for every key) and V_i[t,x] = EU[q,x] + EVOU[t,x] + PVOU[i,x]. An input
+(t_0..t_{n-2}, q) with max m is correct iff, for every x != m,
+
+    sum_i w_i[t_i] (V_i[t_i,x] - V_i[t_i,m]) < 0.
+
+Int64 form, rounded outward and exactly (no float anywhere): every V entry in one fixed-point scale 2^-sV with
+|V| < 2^VB, every w as a mantissa <= 2^WB with an exponent E[i,t] of its own per (i, t), so that
+H_i[t,x] = w_i[t] V_i[t,x] lies in [Hl, Hh], int64 products below 2^(WB+VB), and a difference H[x] - H[m]
+below 2^(WB+VB+1). A sum of up to n such terms, each aligned to the largest exponent among its rows (exact
+floor / ceil shifts), stays below 2^62; `query_rows` asserts the magnitudes this rests on (a violation is a
+checker bug: exit 3). What int64 cannot decide falls back to `exact_correct` on the integer tables.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+WB = 30                     # bits of a numerator mantissa
+CHUNK = 4096                # inputs per vectorised full test (bounds memory: CHUNK * d_vocab per array)
+
+
+class Rows(NamedTuple):
+    """One query's tables at exponent E[i, t] (n, v): Hl <= w_i[t] V_i[t,x] <= Hh (n, v, v), and the top-2
+    bound D[i, t, m] >= max_{x != m} H_i[t,x] - H_i[t,m] (from the top two of each Hh row)."""
+
+    Hl: np.ndarray
+    Hh: np.ndarray
+    E: np.ndarray
+    D: np.ndarray
+
+
+def value_bits(n: int) -> int:
+    """VB: a sum of n terms of magnitude <= 2^(WB+VB+1) stays below 2^62."""
+    return 31 - (n - 1).bit_length()
+
+
+def value_tables(tables) -> dict:
+    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each below 2^(VB-2) in
+    magnitude so that a sum of the three stays below 2^VB."""
+    names = ("EU", "EVOU", "PVOU")
+    bits = max(max(abs(int(x)) for x in tables[f"{k}_{e}"].flat).bit_length() for k in names for e in ("lo", "hi"))
+    s = bits - (value_bits(tables["n"]) - 2)
+    return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
+
+
+def shifted(a, s: int, up: bool) -> np.ndarray:
+    """floor (ceil when `up`) of a * 2^-s for an object array of ints, as int64 (exact; s < 0 shifts left)."""
+    if s <= 0:
+        return (a * (1 << -s)).astype(np.int64)
+    return (-((-a) >> s) if up else a >> s).astype(np.int64)
+
+
+def query_rows(tables, values, q: int) -> Rows:
+    """The int64 tables of query q."""
+    n = tables["n"]
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
+    Vl = EUl[q][None, None, :] + EVl[None, :, :] + PVl[:, None, :]
+    Vh = EUh[q][None, None, :] + EVh[None, :, :] + PVh[:, None, :]
+    w_lo = np.multiply.outer(tables["pw_lo"][q][:n], tables["e_lo"][q])
+    w_hi = np.multiply.outer(tables["pw_hi"][q][:n], tables["e_hi"][q])
+    E = np.array([[max(int(x).bit_length() - WB, 0) for x in row] for row in w_hi], dtype=np.int64)
+    wl = shifted_each(w_lo, E, False)[:, :, None]
+    wh = shifted_each(w_hi, E, True)[:, :, None]
+    if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
+        raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
+    Hh = np.where(Vh >= 0, wh * Vh, wl * Vh)
+    Hl = np.where(Vl >= 0, wl * Vl, wh * Vl)
+    return Rows(Hl, Hh, E, top_two(Hh) - Hl)
+
+
+def shifted_each(a, E, up: bool) -> np.ndarray:
+    """floor (ceil) of a[i, t] * 2^-E[i, t], exact, as int64."""
+    return np.array([[(-((-int(x)) >> int(s)) if up else int(x) >> int(s)) for x, s in zip(row, es)]
+                     for row, es in zip(a, E)], dtype=np.int64)
+
+
+def top_two(M):
+    """X[..., m] = max_{x != m} M[..., x] (the top two of each row)."""
+    srt = np.sort(M, axis=-1)
+    arg = M.argmax(axis=-1)[..., None]
+    return np.where(np.arange(M.shape[-1]) == arg, srt[..., -2:-1], srt[..., -1:])
+
+
+def align(x, s, up: bool):
+    """x * 2^-s rounded down (up), exactly, for int64 |x| < 2^62 and shifts s >= 0 (capped at 63, where the
+    result is already 0 / -1 or 1 / 0)."""
+    s = np.minimum(s, 63)
+    return -((-x) >> s) if up else x >> s
+
+
+def decide(rows: Rows, tok, m) -> np.ndarray:
+    """Per input (tok: (N, n) tokens, m: (N,) their max): 1 if certainly correct (the upper bound of every
+    logit x != m is below the lower bound of logit m), -1 if certainly not (some x != m has a lower bound at
+    least the upper bound of logit m), 0 if int64 cannot tell (then `exact_correct` decides). Each input's
+    terms are aligned to its largest row exponent."""
+    out = np.zeros(len(tok), dtype=np.int8)
+    for s in range(0, len(tok), CHUNK):
+        out[s:s + CHUNK] = decide_chunk(rows, tok[s:s + CHUNK], m[s:s + CHUNK])
+    return out
+
+
+def decide_chunk(rows: Rows, tok, m) -> np.ndarray:
+    """`decide` for at most CHUNK inputs (the lower bounds of the other logits only where the upper ones fail)."""
+    pos = np.arange(tok.shape[1])[None, :]
+    E = rows.E[pos, tok]
+    shift = E.max(axis=1, keepdims=True) - E
+    at_m = (pos, tok, m[:, None])
+    hi = align(rows.Hh[pos, tok], shift[:, :, None], True).sum(axis=1)        # (N, v) logit upper bounds
+    hi[np.arange(len(tok)), m] = np.iinfo(np.int64).min
+    out = np.where(hi.max(axis=1) < align(rows.Hl[at_m], shift, False).sum(axis=1), 1, 0).astype(np.int8)
+    rest = np.nonzero(out == 0)[0]
+    if len(rest):
+        p, t, s, mr = pos, tok[rest], shift[rest], m[rest]
+        lo = align(rows.Hl[p, t], s[:, :, None], False).sum(axis=1)
+        lo[np.arange(len(rest)), mr] = np.iinfo(np.int64).min
+        out[rest] = np.where(lo.max(axis=1) >= align(rows.Hh[p, t, mr[:, None]], s, True).sum(axis=1), -1, 0)
+    return out
+
+
+def common_exponents(rows: Rows, q: int) -> np.ndarray:
+    """Eq[m]: the largest row exponent an input with max m and query q can have (its rows have tokens <= m)."""
+    n = rows.E.shape[0]
+    return np.maximum(np.maximum.accumulate(rows.E[: n - 1].max(axis=0)), rows.E[n - 1, q])
+
+
+def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
+    """A[k] >= max_{x != m} of the fixed rows' terms H[x] - H[m] (the max token m = ms[k] at the positions M,
+    the query q at n-1; coupled over x), aligned to Eq[m]: the part of the logit gap shared by every input of
+    a position pattern."""
+    n, k = rows.E.shape[0], np.arange(len(ms))
+    F = align(rows.Hh[n - 1, q][None, :] - rows.Hl[n - 1, q, ms][:, None], (Eq[ms] - rows.E[n - 1, q])[:, None], True)
+    for i in M:
+        F = F + align(rows.Hh[i, ms] - rows.Hl[i, ms, ms][:, None], (Eq[ms] - rows.E[i, ms])[:, None], True)
+    F[k, ms] = np.iinfo(np.int64).min
+    return F.max(axis=1)
+
+
+def exact_correct(tables, q: int, tokens) -> bool:
+    """Whether input (tokens..., q) is certainly correct, from the exact integer tables (Python ints; the
+    fallback where int64 cannot decide)."""
+    n, v = tables["n"], tables["v"]
+    toks = list(tokens) + [q]
+    m = max(toks)
+    for x in range(v):
+        if x == m:
+            continue
+        total = 0
+        for i, t in enumerate(toks):
+            d = (tables["EU_hi"][q, x] + tables["EVOU_hi"][t, x] + tables["PVOU_hi"][i, x]
+                 - tables["EU_lo"][q, m] - tables["EVOU_lo"][t, m] - tables["PVOU_lo"][i, m])
+            w = (tables["e_hi"][q, t] * tables["pw_hi"][q, i]) if d >= 0 else (tables["e_lo"][q, t] * tables["pw_lo"][q, i])
+            total += w * d
+        if not total < 0:
+            return False
+    return True
