@@ -172,12 +172,12 @@ def plot(rows, out_png):
                and r["width"] > 0]
         if pts:
             axes[0].semilogy(*zip(*sorted(pts)), marker=marker, label=pass_name)
-        pts = [(r["tokens"], r["seconds"]) for r in rows if r["pass"] == pass_name and r["layers"] == 1
-               and r["model"] == "gpt2-small-width" and math.isfinite(r["seconds"])]
+        pts = [(r["tokens"], r.get("cpu_s", r["seconds"])) for r in rows if r["pass"] == pass_name
+               and r["layers"] == 1 and r["model"] == "gpt2-small-width" and math.isfinite(r["seconds"])]
         if pts:
             axes[1].loglog(*zip(*sorted(pts)), marker=marker, label=pass_name)
     axes[0].set(xlabel="layers", ylabel="gap enclosure width / 2^-prec (ulps)", title="precision lost vs depth")
-    axes[1].set(xlabel="input tokens", ylabel="check seconds (1 layer)", title="check time vs input length")
+    axes[1].set(xlabel="input tokens", ylabel="check CPU seconds (child, 1 layer)", title="check time vs input length")
     for a in axes:
         a.legend()
         a.grid(True, which="both", alpha=0.3)
