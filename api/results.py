@@ -65,6 +65,11 @@ def statement(cert: dict) -> str:
     if kind == "accuracy":
         return (f"The Max-of-{c['n_ctx']} model (d_vocab {c['d_vocab']}) puts the largest token's logit strictly "
                 f"first on at least {c['correct_at_least']} of its {c['inputs']} inputs.")
+    if kind == "influence" and "local" in c:
+        loc, p = c["local"], c["local"]["prediction"]
+        return (f"On input {p['tokens']}, changing one non-final token moves the final residual by at most "
+                f"{_n(loc['change'])} and the next-token distribution by at most {_n(loc['change_prob'])} in L1; the "
+                f"next token {p['predicted']} survives any {loc['substitutions']} changed non-final token(s).")
     if kind == "influence":
         r = "1/n" if c["rate"] == "inverse" else "H_n/n-type"
         text = (f"For inputs of length n in [{c['n_min']}, {c['n_max']}], changing one non-final token moves the "

@@ -1,6 +1,11 @@
 """Benchmark: overwhelm certificates on a random paper-scale neox1l model.
 
-    python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness]
+    python benchmarks/bench_overwhelm.py [--case perm|any|both] [--workdir DIR] [--no-looseness] [--d-vocab N]
+
+--d-vocab 5000 runs the same shape with a medium vocabulary (the model file is named by it). On the
+shared 2-core machine run it with OPENBLAS_NUM_THREADS=1 (both sides inherit it; the value is printed):
+multithreaded OpenBLAS on a loaded machine makes small products ~10x slower. The last line of a case
+is the same-run ratio checker/generator (target <= 5 for perm:35 lp).
 
 Model: tcert.generator.model.random_models.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
 d_mlp 2048, n_ctx 2048, seed 0). Cases (issue 3):
@@ -11,8 +16,9 @@ The prefix is one token repeated (the paper's "repeated string" setting), the to
 attends to most, which makes a dominant prefix. If the float verdict is still Inconclusive, the
 certificate is written anyway (generate(force=True)) and the checker runs every obligation, rejecting
 only at the last one (W < PTP/2); the timings are then still those of the full recomputation.
-The checker (`tcert.checker.verify.verify`, Arb backend) runs in a fresh subprocess so that its peak RSS is
-its own (`tcert.testing.bench.fresh_check`).
+The checker (`tcert.checker.verify.verify`, each of --backends: default flint, then flint+exact, the
+exact product layer) runs in a fresh subprocess so that its peak RSS is its own
+(`tcert.testing.bench.fresh_check`).
 With looseness on, the float value of the exact d_vocab x d_vocab OV-table bound is computed (chunked
 float64) and compared with the certified Cauchy-Schwarz ("norm") bound the any-case certificate uses.
 """
@@ -45,7 +51,7 @@ def float_table_looseness(model, report, T):
     return float(total.max())
 
 
-def run_case(name, model, model_path, workdir, looseness):
+def run_case(name, model, model_path, workdir, looseness, backends=("flint",)):
     from tcert.generator import certificate
     from tcert.generator.overwhelm.naive_lp import format_report, generate
     from tcert.generator.overwhelm.tables import FloatModel, float_tables
@@ -70,17 +76,8 @@ def run_case(name, model, model_path, workdir, looseness):
     print(format_report(report))
     print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU (float verdict {report['verdict']}; choosing the prefix token took "
           f"{t_pick:.2f} s, not counted)")
-    res = fresh_check(path, model_path)
-    print(f"checker (Arb, fresh process): {res['with_load']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU, incl. "
-          f"{res['load_seconds']:.2f} s loading; "
-          f"peak RSS {res['peak_rss_gb']:.2f} GB; verdict {res['verdict'][:160]}")
-    total, work = res["with_load"], sum(s for _, s in res["obligations"])
-    for n, s in res["obligations"]:
-        print(f"   {100 * s / total:5.1f}%  {s:8.2f} s  {n}")
-    print(f"   {100 * (total - work) / total:5.1f}%  {total - work:8.2f} s  "
-          f"loading, parsing, Weights conversion outside obligations")
-    print(f"generator/checker time ratio: {t_gen / total:.3f} wall")
-    print(f"machine load while the case ran (1-min load average on 2 cores): {os.getloadavg()[0]:.1f}")
+    for backend in backends:
+        res = report_check(path, model_path, backend, t_gen, c_gen)
     if looseness and report["value_bound"] == "norm":
         T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
         t0 = time.perf_counter()
@@ -91,20 +88,41 @@ def run_case(name, model, model_path, workdir, looseness):
     return res
 
 
+def report_check(path, model_path, backend, t_gen, c_gen):
+    """Check in a fresh process with `backend`; print its figures and the same-run ratios."""
+    res = fresh_check(path, model_path, backend)
+    print(f"checker ({backend}, fresh process): {res['with_load']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU, incl. "
+          f"{res['load_seconds']:.2f} s loading; "
+          f"peak RSS {res['peak_rss_gb']:.2f} GB; verdict {res['verdict'][:160]}")
+    total, work = res["with_load"], sum(s for _, s in res["obligations"])
+    for n, s in res["obligations"]:
+        print(f"   {100 * s / total:5.1f}%  {s:8.2f} s  {n}")
+    print(f"   {100 * (total - work) / total:5.1f}%  {total - work:8.2f} s  "
+          f"loading, parsing, Weights conversion outside obligations")
+    print(f"generator/checker time ratio: {t_gen / total:.3f} wall")
+    print(f"checker/generator time ratio: {total / t_gen:.2f} wall, {res['cpu_seconds'] / c_gen:.2f} CPU "
+          f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})")
+    print(f"machine load while the case ran (1-min load average on 2 cores): {os.getloadavg()[0]:.1f}")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["perm", "any", "both"], default="both")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-looseness", action="store_true")
+    ap.add_argument("--backends", default="flint,flint+exact", help="checker backends, comma-separated")
+    ap.add_argument("--d-vocab", type=int, default=None, help="vocabulary size (default: paper scale 30522)")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-")
     os.makedirs(workdir, exist_ok=True)
-    model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
+    tag = f"_v{args.d_vocab}" if args.d_vocab else ""
+    model_path = os.path.join(workdir, f"neox1l_paper_scale{tag}.safetensors")
     t0 = time.perf_counter()
-    model = paper_model(model_path)
-    print(f"model {model_path}: {SHAPE} (build/load {time.perf_counter() - t0:.1f} s)")
+    model = paper_model(model_path, d_vocab=args.d_vocab)
+    print(f"model {model_path}: {dict(SHAPE, d_vocab=model.config.d_vocab)} (build/load {time.perf_counter() - t0:.1f} s)")
     for case in (["perm", "any"] if args.case == "both" else [args.case]):
-        run_case(case, model, model_path, workdir, not args.no_looseness)
+        run_case(case, model, model_path, workdir, not args.no_looseness, args.backends.split(","))
 
 
 if __name__ == "__main__":

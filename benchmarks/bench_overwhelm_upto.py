@@ -1,6 +1,7 @@
 """Benchmark: overwhelm `--free upto:N` at paper scale, with and without the work shared across lengths.
 
     python benchmarks/bench_overwhelm_upto.py [--upto 16] [--baseline-upto 2] [--n-fix 1000] [--workdir DIR]
+                                              [--backend flint|flint+exact] [--d-vocab N]
 
 Model and prefix as `bench_overwhelm.py --case any` (random neox1l, d_vocab 30522, d_model 512, 8 heads,
 d_head 64, d_mlp 2048, seed 0; query from rng(1); prefix = the query's most-attended token repeated
@@ -70,7 +71,7 @@ def run_generate(model_path, n_fix, n, shared, out):
     print(json.dumps({"wall": wall, "cpu": cpu - c0, "peak_rss_gb": rss, "verdicts": verdicts}))
 
 
-def run_check(cert_path, model_path, shared):
+def run_check(cert_path, model_path, shared, backend="flint"):
     """Subprocess: verify() with Arb of the upto certificate (shared: stops at its first failing length) or
     of the length-0 prediction and every any:L certificate in turn (unshared: the per-length code path,
     each with its own Weights and tables)."""
@@ -84,7 +85,7 @@ def run_check(cert_path, model_path, shared):
     parts = [cert_path] if shared else [f"{cert_path}.len0.json"] + [f"{cert_path}.any{L}.json" for L in range(1, n + 1)]
     for path in parts:
         try:
-            verify(path, model, "flint", obligations=ob)
+            verify(path, model, backend, obligations=ob)
             verdicts.append("VERIFIED")
         except Rejected as e:
             verdicts.append(f"REJECTED: {e.obligation}")
@@ -126,16 +127,19 @@ def main():
                     help="which of the three runs to make (comma-separated)")
     ap.add_argument("--gen", nargs=4, metavar=("MODEL", "NFIX", "N", "SHARED"))
     ap.add_argument("--check", nargs=3, metavar=("CERT", "MODEL", "SHARED"))
+    ap.add_argument("--d-vocab", type=int, default=None, help="vocabulary size (default: paper scale 30522)")
+    ap.add_argument("--backend", default="flint", help='checker backend, e.g. "flint+exact" (exact product layer)')
     args = ap.parse_args()
     if args.gen:
         return run_generate(args.gen[0], int(args.gen[1]), int(args.gen[2]), args.gen[3] == "1",
                             args.gen[0] + f".upto{args.gen[2]}_{args.gen[3]}.json")
     if args.check:
-        return run_check(args.check[0], args.check[1], args.check[2] == "1")
+        return run_check(args.check[0], args.check[1], args.check[2] == "1", args.backend)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-upto-")
     os.makedirs(workdir, exist_ok=True)
-    model_path = os.path.join(workdir, "neox1l_paper_scale.safetensors")
-    setup(model_path, 1)   # builds the model file once
+    tag = f"_v{args.d_vocab}" if args.d_vocab else ""
+    model_path = os.path.join(workdir, f"neox1l_paper_scale{tag}.safetensors")
+    paper_model(model_path, d_vocab=args.d_vocab)   # builds the model file once (later runs load it)
     print(f"model {model_path}; n_fix {args.n_fix}; upto:{args.upto}; unshared baseline upto:{args.baseline_upto}")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     res = {}
@@ -148,14 +152,17 @@ def main():
         l0 = load()
         g = fresh([__file__, "--gen", model_path, args.n_fix, n, shared])
         l1 = load()
-        c = fresh([__file__, "--check", model_path + f".upto{n}_{shared}.json", model_path, shared])
+        c = fresh([__file__, "--check", model_path + f".upto{n}_{shared}.json", model_path, shared,
+                   "--backend", args.backend])
         res[n, shared] = (g, c)
         tag = f"upto:{n} {'shared' if shared else 'UNSHARED (per-length, old code path)'}"
         print(f"\n== {tag} (1-min load {l0:.1f} / {l1:.1f} / {load():.1f} before gen / before check / after)")
         print(f"generator verdicts: {sorted(set(g['verdicts']))} (forced); checker verdicts: "
               f"{sorted(set(c['verdicts']))}")
         summarize("generator", g)
-        summarize("checker (Arb)", c)
+        summarize(f"checker ({args.backend})", c)
+        print(f"checker/generator: {c['wall'] / g['wall']:.2f} wall, {c['cpu'] / g['cpu']:.2f} CPU (same run; "
+              f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})")
     b = args.baseline_upto
     if (b, 1) in res and (b, 0) in res:
         (gs, cs), (gu, cu) = res[b, 1], res[b, 0]

@@ -224,9 +224,10 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
     _require(1 <= bits <= 26, f"digit width {bits} outside 1..26")
     _finite_float64(x)
     red = 1 - axis
-    own = np.frexp(np.abs(x).max(axis=red, initial=0.0))[1].astype(np.int64)
+    peak = np.abs(x).max(axis=red, initial=0.0)
+    own = np.frexp(peak)[1].astype(np.int64)
     top = own if top is None else np.asarray(top, dtype=np.int64)
-    _require(np.all(own <= top), "a line is not below its top")
+    _require(np.all((own <= top) | (peak == 0)), "a line is not below its top")   # a zero line has no digits
     parts, step = {}, max(1, CUT_CHUNK // max(1, x.shape[red]))
     for start in range(0, x.shape[axis], step):
         block = x[start:start + step] if axis == 0 else x[:, start:start + step]
@@ -264,9 +265,10 @@ def cut_rows(x, bits: int, top=None, scale=None) -> Slices:
     return _cut(np.asarray(x), bits, 0, top, scale)
 
 
-def cut_cols(x, bits: int) -> Slices:
-    """x (exact float64) cut into digits with one scale per column (a right factor)."""
-    return _cut(np.asarray(x), bits, 1)
+def cut_cols(x, bits: int, top=None) -> Slices:
+    """x (exact float64) cut into digits with one scale per column (a right factor); `top` (per
+    column, |x| < 2^top) defaults to the least such."""
+    return _cut(np.asarray(x), bits, 1, top)
 
 
 def interval_grid(x: Interval, bits: int):

@@ -250,16 +250,18 @@ def _end_float(man: int, exp: int, up: bool) -> float:
 
 
 def interval_from_arb(mat) -> Interval:
-    """The endpoints of a python-flint arb_mat, rounded outward to float64 (one step per entry)."""
+    """The endpoints of a python-flint arb_mat, rounded outward to float64. Each end is an exact Arb
+    point (`lower()` / `upper()` round outward); python-flint's float() of it is Arb's correctly
+    rounded (to nearest) arf_get_d, so the end lies between the floats adjacent to it, and one
+    `nextafter` step outward (exact, no rounding) bounds it. An end beyond the float range converts
+    to +-inf and steps to the largest float on the inner side (saturated outward)."""
     m, n = mat.nrows(), mat.ncols()
-    ends = []
-    for x in mat.entries():
-        if not x.is_finite():
-            raise ValueError("a ball is not finite")
-        (lm, le), (hm, he) = x.lower().man_exp(), x.upper().man_exp()
-        ends.append((_end_float(int(lm), int(le), False), _end_float(int(hm), int(he), True)))
-    pairs = np.array(ends, dtype=np.float64).reshape(m, n, 2)
-    return Interval(pairs[..., 0], pairs[..., 1])
+    entries = mat.entries()
+    if not all(x.is_finite() for x in entries):
+        raise ValueError("a ball is not finite")
+    lo = np.array([float(x.lower()) for x in entries], dtype=np.float64).reshape(m, n)
+    hi = np.array([float(x.upper()) for x in entries], dtype=np.float64).reshape(m, n)
+    return Interval(np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
 
 
 def interval_from_mpf(rows) -> Interval:

@@ -14,6 +14,7 @@ from fractions import Fraction
 import flint
 
 from tcert.checker.errors import Rejected
+from tcert.checker.exact_rounding import interval_from_arb, to_arb_mat
 from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
@@ -99,8 +100,18 @@ class FlintBackend(Backend):
         return IMat(self, flint.arb_mat(shape[0], shape[1], [v for row in rows for v in row])
                     if shape[0] and shape[1] else flint.arb_mat(shape[0], shape[1]), shape)
 
+    def _from_ends(self, lo, hi):
+        return to_arb_mat((lo, hi))
+
+    def _native_ends(self, data):
+        ends = interval_from_arb(data)
+        return ends.lo, ends.hi
+
     def _col_bounds(self, m, groups):
-        """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points."""
+        """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points
+        (from the float64 ends when the matrix has them)."""
+        if m.ends is not None:
+            return super()._col_bounds(m, groups)
         size = m.shape[0] // groups
         out = [([], []) for _ in range(groups)]
         for col in m.data.transpose().tolist():

@@ -39,6 +39,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from tcert.checker import exact_backend
+
 DEFAULT_PREC = 64
 BACKENDS = ("flint", "mpmath")
 
@@ -46,17 +48,34 @@ BACKENDS = ("flint", "mpmath")
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
               "tanh", "pi", "fsum", "array", "matrix", "dot", "centres")
-MATRIX_HOOKS = ("_from_rows", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows", "_col_bounds")
+MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
+                "_col_bounds")
+# The exact layer runs only on a backend made with exact=True ("flint+exact"). Above this precision
+# products stay in the libraries: the exact layer's results leave it as float64
+# bounds (53 bits) and its interval operands sit on a grid of 2^-43 of their row's magnitude.
+EXACT_MAX_PREC = 64
 
 
 class IMat:
     """A matrix of enclosures; `backend` says whose native matrix `data` is. Every operation returns
-    entry-wise enclosures of the exact result."""
+    entry-wise enclosures of the exact result.
 
-    __slots__ = ("backend", "data", "shape")
+    `ends`, when not None, holds the entries as float64 arrays (lo, hi) with lo <= entry <= hi exactly,
+    the same array twice for a point matrix (stored weights); `data` is then built from them on first
+    use. Products with a point factor, transposes and column bounds work on `ends` without building
+    one native object per entry (`tcert.checker.exact_backend`); `cuts` caches a point matrix's digits."""
 
-    def __init__(self, backend, data, shape):
-        self.backend, self.data, self.shape = backend, data, shape
+    __slots__ = ("backend", "_data", "shape", "ends", "cuts")
+
+    def __init__(self, backend, data, shape, ends=None):
+        self.backend, self._data, self.shape, self.ends, self.cuts = backend, data, shape, ends, {}
+
+    @property
+    def data(self):
+        """The backend's native matrix (built from `ends` on first use)."""
+        if self._data is None:
+            self._data = self.backend._from_ends(*self.ends)
+        return self._data
 
     def __matmul__(self, other):
         if self.shape[1] != other.shape[0]:
@@ -105,8 +124,8 @@ class Backend(ABC):
 
     name = "abstract"
 
-    def __init__(self, prec: int = DEFAULT_PREC):
-        self.prec = prec
+    def __init__(self, prec: int = DEFAULT_PREC, exact: bool = False):
+        self.prec, self.exact = prec, exact
 
     @contextmanager
     def precision(self):
@@ -206,6 +225,9 @@ class Backend(ABC):
         if a.dtype.kind != "f":
             a = a.astype(np.int64)
             return self._from_rows(a.tolist(), a.shape)
+        ends = exact_backend.point_ends(a) if a.dtype in (np.float16, np.float32, np.float64) else None
+        if ends is not None:
+            return IMat(self, None, a.shape, ends)
         return self._from_rows(a.astype(np.float64).tolist(), a.shape)
 
     def matrix(self, rows) -> IMat:
@@ -224,8 +246,29 @@ class Backend(ABC):
     def _from_rows(self, rows, shape) -> IMat:
         """The IMat of `shape` whose entries are `rows` (interval scalars, ints or exactly held floats)."""
 
+    @abstractmethod
+    def _from_ends(self, lo, hi):
+        """The native matrix whose entries enclose [lo, hi] (float64 arrays, the same array twice for
+        a point matrix, whose entries are then exact)."""
+
+    @abstractmethod
+    def _native_ends(self, data):
+        """(lo, hi) float64 arrays bounding the native matrix `data` outward; ValueError when an entry
+        is not finite."""
+
     # IMat hooks shared by both backends (their native matrices speak the same operators)
     def _matmul(self, a, b):
+        """By the exact layer when it is switched on (`exact`), a factor is a point matrix and the
+        precision is at most EXACT_MAX_PREC bits; else the library's product."""
+        shape = (a.shape[0], b.shape[1])
+        on = self.exact and self.prec <= EXACT_MAX_PREC
+        ends = exact_backend.product(a, b, self._native_ends) if on else None
+        if ends is not None:
+            return IMat(self, None, shape, ends)
+        return self._native_matmul(a, b)
+
+    def _native_matmul(self, a, b):
+        """The library's own product of the native matrices."""
         return IMat(self, a.data * b.data, (a.shape[0], b.shape[1]))
 
     def _add(self, a, b):
@@ -238,23 +281,31 @@ class Backend(ABC):
         return IMat(self, a.data * s, a.shape)
 
     def _transpose(self, a):
-        return IMat(self, a.data.transpose(), (a.shape[1], a.shape[0]))
+        shape = (a.shape[1], a.shape[0])
+        if a.ends is not None:
+            lo = a.ends[0].T
+            return IMat(self, None, shape, (lo, lo if a.ends[1] is a.ends[0] else a.ends[1].T))
+        return IMat(self, a.data.transpose(), shape)
 
     def _rows(self, a):
         return a.data.tolist()
 
     def _col_bounds(self, m, groups):
+        if m.ends is not None:
+            return exact_backend.column_bounds(m.ends, groups)
         cols, size = m.T.rows(), m.shape[0] // groups
         return [([min(self.lower(x) for x in c[g * size:(g + 1) * size]) for c in cols],
                  [max(self.upper(x) for x in c[g * size:(g + 1) * size]) for c in cols]) for g in range(groups)]
 
 
 def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:
-    """The backend called `name` ("flint" or "mpmath") at `prec` bits."""
-    if name == "flint":
+    """The backend called `name` ("flint" or "mpmath") at `prec` bits; "flint+exact" / "mpmath+exact"
+    are the same with the exact product layer switched on (not yet the default: see docs/soundness.md)."""
+    base, exact = name.removesuffix("+exact"), name.endswith("+exact")
+    if base == "flint":
         from tcert.checker.flint_backend import FlintBackend
-        return FlintBackend(prec)
-    if name == "mpmath":
+        return FlintBackend(prec, exact)
+    if base == "mpmath":
         from tcert.checker.mpmath_backend import MpmathBackend
-        return MpmathBackend(prec)
+        return MpmathBackend(prec, exact)
     raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -14,6 +14,7 @@ from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
 from tcert.checker.errors import Rejected
+from tcert.checker.exact_rounding import interval_from_mpf, to_mpf_rows
 from tcert.checker.interval import DEFAULT_PREC, Backend, IMat
 
 SPECIAL = (libmp.fnan, libmp.finf, libmp.fninf)
@@ -24,8 +25,8 @@ class MpmathBackend(Backend):
 
     name = "mpmath"
 
-    def __init__(self, prec: int = DEFAULT_PREC):
-        super().__init__(prec)
+    def __init__(self, prec: int = DEFAULT_PREC, exact: bool = False):
+        super().__init__(prec, exact)
         self.iv = MPIntervalContext()
         self.iv.prec = prec
 
@@ -164,7 +165,18 @@ class MpmathBackend(Backend):
                     m[i, j] = v if isinstance(v, ivmpf) else self._exact(v)
         return IMat(self, m, shape)
 
-    def _matmul(self, a, b):
+    def _from_ends(self, lo, hi):
+        m, make = self.iv.matrix(*lo.shape), self.iv.make_mpf
+        for i, row in enumerate(to_mpf_rows((lo, hi))):
+            for j, pair in enumerate(row):
+                m[i, j] = make(pair)
+        return m
+
+    def _native_ends(self, data):
+        ends = interval_from_mpf(data.tolist())
+        return ends.lo, ends.hi
+
+    def _native_matmul(self, a, b):
         """Product of interval matrices; when one factor is a point matrix (stored weights), by exact
         integer dot products rounded outward once (much faster than mpmath's per-entry intervals)."""
         shape = (a.shape[0], b.shape[1])
@@ -178,7 +190,7 @@ class MpmathBackend(Backend):
         else:
             rows = None
         if rows is None:  # interval x interval, or a non-finite entry: mpmath's own product
-            return super()._matmul(a, b)
+            return super()._native_matmul(a, b)
         return self._from_rows(rows, shape)
 
     def _point_product(self, a_rows, w_rows):

@@ -1,13 +1,11 @@
 """Generate `influence` certificates (and the corollary on one input).
 
-The float side computes the expensive matrix quantities with numpy (operator-norm trace-power bounds,
-row-norm maxima of W_E, W_pos, W_U) and a centre hint for the embedding and unembedding; the scalar
-recursion of docs/influence.md is then filled in by the checker's own derivation
-(`tcert.checker.kinds.influence.certified_needs`) run with a ledger that *records* each constant (rounded
-up by a tiny relative slack) instead of checking it.
+Every constant is filled in by the checker's own derivation (`tcert.checker.kinds.influence.certified_needs`)
+run with a ledger that *records* each rigorous bound (rounded up by a tiny relative slack) instead of
+checking it; the matrices the constants read are folded through the LayerNorm gains and centred, so a float
+estimate would have to repeat that work (the checker's time is the generator's time).
 
   ledger.py     FillLedger: records each constant the derivation asks for
-  norms.py      float estimates of the matrix constants, centre hints
   constants.py  influence_parts / influence_certificate: certify with the checker's derivation, then write
   corollary.py  corollary_certificate: the largest R the checker's movement bound allows on one input
   search.py     adversarial_influence: the worst influence a search finds (tightness, tests)

@@ -17,10 +17,32 @@ def cmd_influence(args) -> Outcome:
     out = writable(args.out)
     model = tc.load_model(args.model)
     start = time.perf_counter()
+    if args.local:
+        return local_outcome(args, model, out)
     cert = tc.influence(model, args.n_min, args.n_max, args.power, args.tokens, args.substitutions)
     cert.save(out)
     f = dict(cert.figures, seconds=round(time.perf_counter() - start, 3))
     return Outcome(EXIT_OK, "written", out, f, f"{summary_line(f, model.config.n_layers)}; wrote {out}")
+
+
+def local_outcome(args, model, out) -> Outcome:
+    """`--local --tokens x`: the local certificate on x (docs/influence.md, 'Local certificates')."""
+    import tcert.api as tc
+    from tcert.generator import certificate
+    from tcert.generator.cli import parse_tokens
+    from tcert.generator.influence.local import local_certificate
+    if args.tokens is None:
+        raise tc.BadInputError("--local needs --tokens")
+    tokens = parse_tokens(args.tokens)
+    if not 2 <= len(tokens) <= model.config.n_ctx or min(tokens) < 0 or max(tokens) >= model.config.d_vocab:
+        raise tc.BadInputError(f"--tokens: need 2..{model.config.n_ctx} ids in [0, {model.config.d_vocab})")
+    cert, info = local_certificate(model, tokens, args.substitutions)
+    if cert is None:
+        raise tc.InconclusiveError(f"no local certificate: {info['reason']}", info)
+    certificate.write(out, cert)
+    return Outcome(EXIT_OK, "written", out, info,
+                   f"influence local: one change moves y by <= {info['change']:.6g}, p by <= {info['change_prob']:.4g}; "
+                   f"token {info['predicted']} survives any {info['R']} non-final substitution(s); wrote {out}")
 
 
 def summary_line(f: dict, n_layers: int) -> str:
@@ -44,6 +66,8 @@ def add_commands(sub):
     p.add_argument("--tokens", default=None, help="corollary: the input x (comma-separated ids)")
     p.add_argument("--substitutions", type=int, default=None,
                    help="corollary: R, the number of changed non-final tokens (default: the largest certifiable)")
+    p.add_argument("--local", action="store_true",
+                   help="with --tokens: certify x with its own attention pattern (1-layer models)")
     p.add_argument("--out", required=True, help="where to write the certificate (its folder must exist)")
     p.set_defaults(func=cmd_influence)
 

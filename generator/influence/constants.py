@@ -1,13 +1,8 @@
 """The influence certificate's claim and constants: certify with the checker's own derivation, then write.
 
-`influence_parts` computes the centre hints and the float estimates, then runs
-`tcert.checker.kinds.influence.certified_needs` with a FillLedger that records each constant; the claim's
-four bounds are the needs that derivation returns. Nothing of the checker's arithmetic is repeated here.
+`influence_parts` runs `tcert.checker.kinds.influence.certified_needs` with a FillLedger that records each
+constant (the rigorous bound, rounded up); the claim's four bounds are the needs that derivation returns. Nothing of the checker's arithmetic is repeated here.
 """
-
-from fractions import Fraction
-
-import numpy as np
 
 from tcert.checker.errors import BadInput
 from tcert.checker.interval import make_backend
@@ -15,7 +10,6 @@ from tcert.checker.kinds.influence import certified_needs
 
 from tcert.generator import certificate
 from tcert.generator.influence.ledger import FillLedger, round_up
-from tcert.generator.influence.norms import centre, estimates
 
 DEFAULT_POWER = 6
 
@@ -28,23 +22,18 @@ def default_rate(cfg) -> str:
 def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int = DEFAULT_POWER,
                     backend: str = "flint"):
     """(claim, evidence, needs) of an influence certificate for `model`; needs as certified_needs returns."""
-    cfg, t = model.config, model.tensors
+    cfg = model.config
     n_max = cfg.n_ctx if n_max is None else n_max
     if cfg.llama_pieces():   # the checker refuses them too (its constants cover LayerNorm and plain MLPs)
         raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
     if not 2 <= n_min <= n_max <= cfg.n_ctx:
         raise BadInput(f"need 2 <= n_min <= n_max <= n_ctx = {cfg.n_ctx}")
-    ec = centre(t["embed.W_E"])
-    uc = centre(np.asarray(t["unembed.W_U"]).T)
-    ld = FillLedger(estimates(model, n_max, power, ec, uc))
-    need = certified_needs(model, make_backend(backend), ld, n_max, power, [Fraction(float(x)) for x in ec],
-                           [Fraction(float(x)) for x in uc])
+    ld = FillLedger()
+    need = certified_needs(model, make_backend(backend), ld, n_max, power)
     claim = {"n_min": n_min, "n_max": n_max, "rate": default_rate(cfg)}
     for key in ("C", "C_prob", "C_abs", "C_prob_abs"):   # C and C_abs are recorded constants already
         claim[key] = certificate.num(float(need[key] if key in ("C", "C_abs") else round_up(need[key])))
-    evidence = {"power": power, "embed_center": [certificate.num(float(x)) for x in ec],
-                "unembed_center": [certificate.num(float(x)) for x in uc],
-                "constants": {k: certificate.num(float(v)) for k, v in ld.claimed.items()}}  # doubles: exact hex
+    evidence = {"power": power, "constants": {k: certificate.num(float(v)) for k, v in ld.claimed.items()}}  # doubles: exact hex
     return claim, evidence, need
 
 

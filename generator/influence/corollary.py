@@ -3,21 +3,19 @@ stays below the certified prediction margin."""
 
 from fractions import Fraction
 
-import numpy as np
-
 from tcert.checker.kinds.influence.corollary import gap_movement
+from tcert.checker.kinds.influence.norms import max_row_dist
 
 from tcert.generator import certificate
 from tcert.generator.influence.constants import DEFAULT_POWER, influence_parts
-from tcert.generator.influence.ledger import FLOAT_SLACK, round_up
-from tcert.generator.influence.norms import max_row_dist_estimate
+from tcert.generator.influence.ledger import round_up
 from tcert.generator.prediction import prediction_claim
 
 
-def gap_lipschitz(model, k: int) -> Fraction:
-    """Rounded-up numpy estimate of max_j ||W_U[:,k] - W_U[:,j]||_2."""
-    W = np.asarray(model.tensors["unembed.W_U"], np.float64)
-    return round_up(Fraction(max_row_dist_estimate(W.T, W[:, k]) * (1 + FLOAT_SLACK)))
+def gap_lipschitz(M, k: int) -> Fraction:
+    """max_j ||M[:,k] - M[:,j]||_2 (M the folded unembedding, an interval matrix), rounded up."""
+    columns = M.T
+    return round_up(max_row_dist(columns.backend, columns, columns.rows()[k]))
 
 
 def largest_substitutions(n: int, movement, margin: Fraction) -> int:
@@ -42,7 +40,7 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
     info = {"n": n, "predicted": p["predicted"], "gap": p["gap"]}
     if pclaim is None:
         return None, dict(info, reason="near-tie")
-    G, margin = gap_lipschitz(model, p["predicted"]), Fraction(float.fromhex(pclaim["margin"]))
+    G, margin = gap_lipschitz(needs["unembed"], p["predicted"]), Fraction(float.fromhex(pclaim["margin"]))
 
     def movement(R):   # exactly what the checker will compute from the claim written below
         return gap_movement(R, G, needs["lip_final"], needs, claim["rate"], n, model.config.n_layers)

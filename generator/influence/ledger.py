@@ -1,9 +1,8 @@
 """The generator's ledger: it records each constant the checker's derivation asks for instead of checking it.
 
 `tcert.checker.kinds.influence.certified_needs` asks a ledger for every constant by name with a function
-computing its rigorous bound. This ledger answers with a numpy estimate (for the matrix quantities, which
-are expensive to bound rigorously here and cheap for the checker to recompute) or with the rigorous bound
-itself, rounded up by a tiny relative slack. So every constant is as tight as the checker's
+computing its rigorous bound. This ledger answers with the rigorous bound itself, rounded up by a tiny relative
+slack. So every constant is as tight as the checker's
 recomputation allows, and any downward move of a constant by more than the slack makes the checker reject.
 """
 
@@ -11,7 +10,6 @@ import math
 from fractions import Fraction
 
 SLACK = Fraction(1, 2 ** 30)      # relative slack on every recorded constant (covers backend differences)
-FLOAT_SLACK = 1e-9                # relative slack on numpy estimates of matrix quantities
 
 
 def round_up(x: Fraction) -> Fraction:
@@ -24,14 +22,13 @@ def round_up(x: Fraction) -> Fraction:
 
 
 class FillLedger:
-    """Records constants instead of checking them: estimate (if given) or the rigorous bound, rounded up."""
+    """Records constants instead of checking them: the rigorous bound, rounded up."""
 
-    def __init__(self, estimates: dict):
-        self.estimates, self.claimed = estimates, {}
+    def __init__(self):
+        self.claimed = {}
 
     def const(self, name, bound) -> Fraction:
         """Record and return the constant `name`."""
-        est = self.estimates.get(name)
-        value = round_up(Fraction(est * (1 + FLOAT_SLACK)) if est is not None else bound())
+        value = round_up(bound())
         self.claimed[name] = value
         return value

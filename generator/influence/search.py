@@ -46,3 +46,68 @@ def adversarial_influence(model, n: int, trials: int = 64, greedy_rounds: int = 
                         base, cur = trial, val
         best_y, best_p = max(best_y, cur[0]), max(best_p, cur[1])
     return best_y, best_p
+
+
+def last_states(model, batch, chunk: int = 32):
+    """(final residual, next-token distribution) at the last position of each row of `batch` (B, n), float64;
+    the last block computes its query at the last position only, in chunks of rows (memory)."""
+    from tcert.generator.model.forward import _block, _embed, _unembed, _weights
+    W = _weights(model)
+    ys = []
+    for s in range(0, len(batch), chunk):
+        resid = _embed(W, np.asarray(batch[s:s + chunk]))
+        for i in range(W.c.n_layers):
+            resid = _block(W, i, resid, q_from=resid.shape[1] - 1 if i == W.c.n_layers - 1 else 0)
+        ys.append(resid[:, -1])
+    y = np.concatenate(ys)
+    lg = _unembed(W, y)
+    p = np.exp(lg - lg.max(axis=1, keepdims=True))
+    return y, p / p.sum(axis=1, keepdims=True)
+
+
+def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: int = 256, seed: int = 0):
+    """A stronger search than adversarial_influence for long inputs: inputs made of one filler token f,
+    a last token q and the changed position i holding a or b. Per start: the worst pair (a, b) over a pool of
+    tokens (all pairwise distances of one batch), then coordinate ascent on f, on q and on i, re-pairing
+    after each round. Returns the largest (||y - y'||_2, ||p - p'||_1) found (a lower bound on the worst case)."""
+    rng = np.random.default_rng(seed)
+    V = model.config.d_vocab
+    best_y = best_p = 0.0
+
+    def pair(f, q, i, cands):
+        base = np.full(n, f)
+        base[-1] = q
+        batch = np.repeat(base[None], len(cands), axis=0)
+        batch[:, i] = cands
+        y, p = last_states(model, batch)
+        dy = np.sqrt(((y[:, None] - y[None]) ** 2).sum(-1))
+        a, b = np.unravel_index(np.argmax(dy), dy.shape)
+        dp = np.abs(p[:, None] - p[None]).sum(-1).max()
+        return float(dy[a, b]), float(dp), int(cands[a]), int(cands[b])
+
+    def vary(slot, values, f, q, i, a, b):
+        """The best value of one slot ("f", "q" or "i") for the fixed pair (a, b)."""
+        rows = []
+        for v in values:
+            ff, qq, ii = (v if slot == "f" else f), (v if slot == "q" else q), (int(v) if slot == "i" else i)
+            for tok in (a, b):
+                row = np.full(n, ff)
+                row[-1], row[ii] = qq, tok
+                rows.append(row)
+        y, _ = last_states(model, np.array(rows))
+        d = np.linalg.norm(y[0::2] - y[1::2], axis=1)
+        return values[int(np.argmax(d))]
+
+    for _ in range(starts):
+        f, q, i = int(rng.integers(V)), int(rng.integers(V)), n - 2
+        cands = rng.choice(V, size=min(V, pool), replace=False)
+        dy, dp, a, b = pair(f, q, i, cands)
+        for _ in range(rounds):
+            f = int(vary("f", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
+            q = int(vary("q", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
+            i = int(vary("i", np.unique(np.linspace(0, n - 2, min(n - 1, 16)).astype(int)), f, q, i, a, b))
+            pool_r = np.unique(np.concatenate([rng.choice(V, size=min(V, pool), replace=False), [a, b]]))
+            dy, dp, a, b = pair(f, q, i, pool_r)
+            best_y, best_p = max(best_y, dy), max(best_p, dp)
+        best_y, best_p = max(best_y, dy), max(best_p, dp)
+    return best_y, best_p

@@ -27,13 +27,14 @@ EPS = "1/100000"  # LayerNorm epsilon, an exact decimal (the checker reads it as
 ROTARY_BASE = 10000
 
 
-def neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tokenizer, rope=True) -> dict:
-    """The tcert config of the paper's 1-layer block (TransformerLens field names); rope=False: the
-    appendix-F variant without positional information (positional_embedding_type "none")."""
+def neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tokenizer, rope=True, n_layers=1) -> dict:
+    """The tcert config of the paper's block (TransformerLens field names), repeated n_layers times
+    (default 1: the paper's model); rope=False: the appendix-F variant without positional information
+    (positional_embedding_type "none")."""
     if d_model % n_heads:
         raise BadInput(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
     d_head = d_model // n_heads
-    return {"n_layers": 1, "d_model": d_model, "n_heads": n_heads, "d_head": d_head, "d_vocab": d_vocab,
+    return {"n_layers": n_layers, "d_model": d_model, "n_heads": n_heads, "d_head": d_head, "d_vocab": d_vocab,
             "n_ctx": n_ctx, "d_mlp": d_mlp, "act_fn": "relu", "normalization_type": "LN", "eps": EPS,
             "positional_embedding_type": "rotary" if rope else "none", "rotary_dim": d_head if rope else None,
             "rotary_base": ROTARY_BASE,
@@ -53,18 +54,20 @@ def init_params(torch, cfg, gen) -> dict:
         return torch.nn.Parameter(torch.zeros(*shape))
 
     p = {"embed.W_E": normal(v, d)}
-    for m in ("W_Q", "W_K", "W_V"):
-        p["blocks.0.attn." + m] = normal(h, d, dh)
-    for b in ("b_Q", "b_K", "b_V"):
-        p["blocks.0.attn." + b] = zeros(h, dh)
-    p["blocks.0.attn.W_O"] = normal(h, dh, d)
-    p["blocks.0.attn.b_O"] = zeros(d)
-    p["blocks.0.ln1.w"] = torch.nn.Parameter(torch.ones(d))
-    p["blocks.0.ln1.b"] = zeros(d)
-    p["blocks.0.mlp.W_in"] = normal(d, f)
-    p["blocks.0.mlp.b_in"] = zeros(f)
-    p["blocks.0.mlp.W_out"] = normal(f, d, std=0.02 / math.sqrt(2))
-    p["blocks.0.mlp.b_out"] = zeros(d)
+    for i in range(cfg["n_layers"]):   # block 0 first: a 1-layer model draws exactly as before
+        b_ = f"blocks.{i}."
+        for m in ("W_Q", "W_K", "W_V"):
+            p[b_ + "attn." + m] = normal(h, d, dh)
+        for b in ("b_Q", "b_K", "b_V"):
+            p[b_ + "attn." + b] = zeros(h, dh)
+        p[b_ + "attn.W_O"] = normal(h, dh, d)
+        p[b_ + "attn.b_O"] = zeros(d)
+        p[b_ + "ln1.w"] = torch.nn.Parameter(torch.ones(d))
+        p[b_ + "ln1.b"] = zeros(d)
+        p[b_ + "mlp.W_in"] = normal(d, f)
+        p[b_ + "mlp.b_in"] = zeros(f)
+        p[b_ + "mlp.W_out"] = normal(f, d, std=0.02 / math.sqrt(2))
+        p[b_ + "mlp.b_out"] = zeros(d)
     p["unembed.W_U"] = normal(d, v)
     p["unembed.b_U"] = zeros(v)
     return p
@@ -91,18 +94,22 @@ def forward(torch, p, cfg, x):
     dtype = p["embed.W_E"].dtype
     n = x.shape[1]
     resid = p["embed.W_E"][x]
-    a = F.layer_norm(resid, (cfg["d_model"],), p["blocks.0.ln1.w"], p["blocks.0.ln1.b"], eps=1e-5)
-    q = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_Q"]) + p["blocks.0.attn.b_Q"]
-    k = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_K"]) + p["blocks.0.attn.b_K"]
-    v = torch.einsum("bnd,hdk->bnhk", a, p["blocks.0.attn.W_V"]) + p["blocks.0.attn.b_V"]
     if cfg["positional_embedding_type"] == "rotary":
         cos, sin = rotary_tables(torch, n, cfg["d_head"], dtype)
-        q, k = _rotate(torch, q, cos, sin), _rotate(torch, k, cos, sin)
-    z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                       is_causal=True, scale=1.0 / math.sqrt(cfg["d_head"]))
-    attn = torch.einsum("bhnk,hkd->bnd", z, p["blocks.0.attn.W_O"]) + p["blocks.0.attn.b_O"]
-    mlp = F.relu(a @ p["blocks.0.mlp.W_in"] + p["blocks.0.mlp.b_in"]) @ p["blocks.0.mlp.W_out"]
-    out = resid + attn + mlp + p["blocks.0.mlp.b_out"]
+    for i in range(cfg["n_layers"]):
+        b_ = f"blocks.{i}."
+        a = F.layer_norm(resid, (cfg["d_model"],), p[b_ + "ln1.w"], p[b_ + "ln1.b"], eps=1e-5)
+        q = torch.einsum("bnd,hdk->bnhk", a, p[b_ + "attn.W_Q"]) + p[b_ + "attn.b_Q"]
+        k = torch.einsum("bnd,hdk->bnhk", a, p[b_ + "attn.W_K"]) + p[b_ + "attn.b_K"]
+        v = torch.einsum("bnd,hdk->bnhk", a, p[b_ + "attn.W_V"]) + p[b_ + "attn.b_V"]
+        if cfg["positional_embedding_type"] == "rotary":
+            q, k = _rotate(torch, q, cos, sin), _rotate(torch, k, cos, sin)
+        z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, scale=1.0 / math.sqrt(cfg["d_head"]))
+        attn = torch.einsum("bhnk,hkd->bnd", z, p[b_ + "attn.W_O"]) + p[b_ + "attn.b_O"]
+        mlp = F.relu(a @ p[b_ + "mlp.W_in"] + p[b_ + "mlp.b_in"]) @ p[b_ + "mlp.W_out"]
+        resid = resid + attn + mlp + p[b_ + "mlp.b_out"]
+    out = resid
     return out @ p["unembed.W_U"] + p["unembed.b_U"]
 
 
@@ -147,7 +154,8 @@ def held_out_loss(torch, p, cfg, held, seq_len, windows):
 
 def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=4096, steps=1000,
                seq_len=128, batch=16, lr=1e-3, weight_decay=0.01, seed=0, threads=1, n_ctx=2048,
-               eval_every=100, eval_windows=64, sources="lee+enwiki", curve=None, progress=True, rope=True):
+               eval_every=100, eval_windows=64, sources="lee+enwiki", curve=None, progress=True, rope=True,
+               n_layers=1):
     """Train and save a model to `out`; return (config, history rows, final held-out loss).
 
     `curve`: path prefix of the loss-curve CSV/PNG (default: `out` without its extension + ".loss").
@@ -161,7 +169,7 @@ def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(threads)
     train_ids, held, tok_name, d_vocab, _ = prepare_data(vocab, vocab_size, out, sources)
-    cfg = neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tok_name, rope)
+    cfg = neox1l_config(d_vocab, d_model, n_heads, d_mlp, n_ctx, tok_name, rope, n_layers)
     gen = torch.Generator().manual_seed(seed)
     p = init_params(torch, cfg, gen)
     decay = [t for t in p.values() if t.dim() >= 2]
@@ -217,7 +225,7 @@ def train_text(out, d_model=64, d_mlp=256, n_heads=4, vocab="small", vocab_size=
     tensors = {name: t.detach().numpy().astype(np.float32) for name, t in p.items()}
     save_model(out, tensors, cfg)
     plot_curve(curve + ".csv", curve + ".png",
-               f"1-layer neox1l{'' if rope else ' (no positions)'}, d_model {d_model}, vocab {d_vocab}")
+               f"{n_layers}-layer neox1l{'' if rope else ' (no positions)'}, d_model {d_model}, vocab {d_vocab}")
     return cfg, history, held_loss
 
 
@@ -250,9 +258,10 @@ def cmd_train_text(args):
         args.out, d_model=args.d_model, d_mlp=args.d_mlp, n_heads=args.n_heads, vocab=args.vocab,
         vocab_size=args.vocab_size, steps=args.steps, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
         seed=args.seed, threads=args.threads, n_ctx=args.n_ctx, eval_every=args.eval_every,
-        eval_windows=args.eval_windows, sources=args.corpus, curve=args.curve, rope=not args.no_rope)
-    print(f"trained 1-layer neox1l{' without positions' if args.no_rope else ''} (d_model {cfg['d_model']}, {cfg['n_heads']} heads, d_mlp {cfg['d_mlp']}, "
-          f"d_vocab {cfg['d_vocab']}, tokenizer {cfg['tokenizer']}) for {args.steps} steps in "
+        eval_windows=args.eval_windows, sources=args.corpus, curve=args.curve, rope=not args.no_rope,
+        n_layers=args.n_layers)
+    print(f"trained {args.n_layers}-layer neox1l{' without positions' if args.no_rope else ''} (d_model {cfg['d_model']}, {cfg['n_heads']} heads, d_mlp {cfg['d_mlp']}, "
+          f"d_vocab {cfg['d_vocab']}, tokenizer {cfg['tokenizer_name']}) for {args.steps} steps in "
           f"{time.perf_counter() - start:.1f} s; last train loss {history[-1][1]:.4f}, held-out loss "
           f"{held:.4f} nats/token; wrote {args.out}")
     return 0
@@ -262,6 +271,7 @@ def add_text_command(tsub):
     """Register `tcert train text` under the `train` subparsers."""
     p = tsub.add_parser("text", help="a 1-layer neox1l language model on English text (overwhelm paper)")
     p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--n-layers", type=int, default=1, help="blocks (default 1, the paper's model)")
     p.add_argument("--d-mlp", type=int, default=256)
     p.add_argument("--n-heads", type=int, default=4)
     p.add_argument("--vocab", choices=("bert", "small"), default="small",

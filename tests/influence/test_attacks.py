@@ -12,7 +12,7 @@ import pytest
 from tcert.checker.cli import main as check_main
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.influence import certified_needs
-from tcert.checker.kinds.influence.blocks import act_lipschitz
+from tcert.checker.kinds.influence.sublayers import act_lipschitz
 from tcert.checker.kinds.influence.ledger import Ledger
 from tcert.checker.modelfile import load_model
 from tcert.generator.certificate import format_number
@@ -22,36 +22,50 @@ from tcert.testing.accuracy import write_certificate
 from tcert.testing.overwhelm import tiny_neox1l
 
 
-def _mp_ln(x, w, b, eps):
-    d = len(x)
-    mu = mpmath.fsum(x) / d
-    z = [a - mu for a in x]
-    s = mpmath.sqrt(mpmath.fsum(c * c for c in z) / d + eps)
-    return [c / s * wi + bi for c, wi, bi in zip(z, w, b)]
-
-
-def test_layernorm_lipschitz_constant_holds_near_zero_variance():
-    """Lip(LN) <= max|w| / sqrt(eps): the supremum is approached at centred input 0, where the checker's
-    constant is tight. Random pairs there (and far away) at 60 digits must never exceed it, and pairs
-    at the origin must come close (so a too-small constant would be caught)."""
+def test_layernorm_lipschitz_constant_holds_on_a_ball_off_zero_variance():
+    """On a ball of inputs z0 + ball(0, r) with |P z0| - r = s >= 0 (P the centring projection), the normalised
+    output g = P x / sqrt(|P x|^2/d + eps) moves by <= |x - y| / sqrt(s^2/d + eps) (the checker's LN rule).
+    Random pairs at 60 digits must never exceed it, and pairs across the ball's closest point to the centred
+    zero come close (a too-small constant would be caught); s = 0 is the global constant 1/sqrt(eps)."""
     rng = random.Random(7)
+
+    def g(x, eps):
+        d = len(x)
+        mu = mpmath.fsum(x) / d
+        z = [a - mu for a in x]
+        s = mpmath.sqrt(mpmath.fsum(c * c for c in z) / d + eps)
+        return [c / s for c in z]
     with mpmath.workdps(60):
-        for d, eps in ((2, mpmath.mpf(1) / 10), (5, mpmath.mpf(1) / 100000), (8, mpmath.mpf(3))):
-            w = [mpmath.mpf(rng.uniform(-2, 2)) for _ in range(d)]
-            b = [mpmath.mpf(rng.uniform(-1, 1)) for _ in range(d)]
-            lip = max(abs(x) for x in w) / mpmath.sqrt(eps)
+        for d, eps, gap in ((3, mpmath.mpf(1) / 10, 1), (5, mpmath.mpf(1) / 100000, 0), (8, mpmath.mpf(3), 4)):
+            z0 = [mpmath.mpf(rng.gauss(0, 3)) for _ in range(d)]
+            pz0 = [a - mpmath.fsum(z0) / d for a in z0]
+            norm0 = mpmath.norm(pz0)
+            r = norm0 - gap if gap else norm0            # gap 0: the ball reaches zero variance
+            lip = 1 / mpmath.sqrt(mpmath.mpf(gap) ** 2 / d + eps)
+            closest = [a * (1 - r / norm0) for a in pz0]
             best = 0
             for trial in range(400):
-                scale = mpmath.mpf(10) ** rng.randint(-8, 2) * mpmath.sqrt(eps)
-                x = [scale * rng.gauss(0, 1) for _ in range(d)]
-                h = [scale * mpmath.mpf(10) ** -rng.randint(0, 6) * rng.gauss(0, 1) for _ in range(d)]
-                y = [a + c for a, c in zip(x, h)]
-                num = mpmath.norm([p - q for p, q in zip(_mp_ln(x, w, b, eps), _mp_ln(y, w, b, eps))])
-                den = mpmath.norm([p - q for p, q in zip(x, y)])
-                ratio = num / den
-                assert ratio <= lip * (1 + mpmath.mpf(10) ** -40), (d, trial)
+                if trial % 2:   # random pairs in the ball
+                    x, y = ([a + r * c for a, c in zip(z0, unit_ball_point(rng, d))] for _ in range(2))
+                else:           # a tiny step across the closest point, orthogonal to it and to 1
+                    h = [mpmath.mpf(rng.gauss(0, 1)) for _ in range(d)]
+                    h = [a - mpmath.fsum(h) / d for a in h]
+                    if gap:
+                        t = mpmath.fsum(a * b for a, b in zip(h, closest)) / mpmath.fsum(b * b for b in closest)
+                        h = [a - t * b for a, b in zip(h, closest)]
+                    step = mpmath.mpf(10) ** -20 / mpmath.norm(h)
+                    x, y = closest, [a + step * c for a, c in zip(closest, h)]
+                ratio = mpmath.norm([p - q for p, q in zip(g(x, eps), g(y, eps))]) / mpmath.norm(
+                    [p - q for p, q in zip(x, y)])
+                assert ratio <= lip * (1 + mpmath.mpf(10) ** -30), (d, trial)
                 best = max(best, ratio / lip)
-            assert best > 0.5
+            assert best > 0.99
+
+
+def unit_ball_point(rng, d):
+    """A random point of the closed unit ball in R^d (as mpf)."""
+    v = [mpmath.mpf(rng.gauss(0, 1)) for _ in range(d)]
+    return [a * mpmath.mpf(rng.random()) ** (mpmath.mpf(1) / d) / mpmath.norm(v) for a in v]
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
@@ -74,24 +88,38 @@ def test_activation_lipschitz_constants(act):
         assert lip_mp - worst < mpmath.mpf(10) ** -7
 
 
-def test_softmax_cap_kappa_is_attained_bound():
-    """kappa / M bounds every softmax weight of a row of M <= n_max keys with scores in [-A, A]; the
-    worst row (one score A, the rest -A) reaches kappa / n_max at M = n_max."""
+def test_softmax_row_caps_are_attained_bounds():
+    """row_cap and rest_cap against the attained worst rows, at 50 digits. In a row of M keys whose scores
+    spread by <= width the largest weight is 1/(1 + (M-1) e^(-width)) (one score at the top, the rest at the
+    bottom). kappa_row must be >= max_m m weight(m) / H_m^layer for causal rows (n_max weight(n_max)
+    for bidirectional rows or block 0) and kappa >= max_{2 <= m <= n_max} m / (1 + (m-2) e^(-width)) (the
+    weight of an unchanged key among the other m - 1), each with equality up to the enclosure."""
+    from tcert.checker.kinds.influence.rates import rest_cap, row_cap
     B = make_backend("flint")
-    for A, n_max in ((Fraction(1, 3), 5), (Fraction(5, 2), 12), (Fraction(7), 3)):
-        kappa = B.upper(n_max / (1 + (n_max - 1) * B.exp(B.num(-2 * A))))
-        for M in range(1, n_max + 1):
-            worst = B.exp(B.num(A)) / (B.exp(B.num(A)) + (M - 1) * B.exp(B.num(-A)))
-            # at M = n_max the two are equal in exact arithmetic: only the enclosure's lower end must fit
-            assert (B.lower(worst) if M == n_max else B.upper(worst)) <= kappa / M
-        assert kappa / n_max - B.lower(worst) < Fraction(1, 10 ** 15)
+    with mpmath.workdps(50):
+        for width, n_max in ((Fraction(1, 3), 5), (Fraction(1, 2), 9), (Fraction(5, 2), 12), (Fraction(7), 3)):
+            e = mpmath.exp(-mpmath.mpf(width.numerator) / width.denominator)
+            weight = {M: 1 / (1 + (M - 1) * e) for M in range(1, n_max + 1)}
+            H = {m: mpmath.fsum(mpmath.mpf(1) / k for k in range(1, m + 1)) for m in weight}
+            for layer in (0, 1, 2):
+                for causal in (False, True):
+                    c = row_cap(B, n_max, width, layer, causal)
+                    got = mpmath.mpf(c.numerator) / c.denominator
+                    want = (max(m * weight[m] / H[m] ** layer for m in weight) if causal and layer
+                            else n_max * weight[n_max])
+                    assert want <= got < want * (1 + mpmath.mpf(10) ** -12), (width, n_max, layer, causal)
+            c = rest_cap(B, n_max, width)
+            got = mpmath.mpf(c.numerator) / c.denominator
+            want = max(m / (1 + (m - 2) * e) for m in range(2, n_max + 1))
+            assert want <= got < want * (1 + mpmath.mpf(10) ** -12), (width, n_max)
 
 
-def test_influence_on_a_position_free_model_equals_zero_learned_positions(tmp_path):
-    """Finding 3 (was: INTERNAL ERROR KeyError 'pos_embed.W_pos', exit 3): influence on a NoPE model. Its
-    forward pass is exactly that of the same model with learned positions W_pos = 0, so every constant the
-    checker derives must equal that twin's (and embed.pos_norm is not asked for); the certificate built
-    from those constants verifies through the CLI, and one constant claimed below its bound is REJECTED."""
+def test_influence_on_a_position_free_model(tmp_path):
+    """Finding 3 (was: INTERNAL ERROR KeyError 'pos_embed.W_pos', exit 3): influence on a NoPE model, and on
+    its twin with learned positions W_pos = 0 (the same forward pass). NoPE asks for no position constant and
+    bounds block 0's values by the finite set of token values; both certificates, built from constants
+    claimed exactly at their recomputed bounds, verify through the CLI, and one constant below its bound is
+    REJECTED."""
     tensors, cfg = tiny_neox1l(0, n_ctx=8)
     cfg.pop("rotary_dim")
     nope_path, zero_path = str(tmp_path / "nope.safetensors"), str(tmp_path / "zero.safetensors")
@@ -104,21 +132,17 @@ def test_influence_on_a_position_free_model_equals_zero_learned_positions(tmp_pa
         def const(self, name, bound):
             self.claimed[name] = bound()
             return self.claimed[name]
-    derived = {}
     for name, path in (("nope", nope_path), ("zero", zero_path)):
         ld = Recorder({}, Obligations())
-        zero = [Fraction(0)] * cfg["d_model"]
-        need = certified_needs(load_model(path), make_backend("flint"), ld, 8, 2, zero, zero)
-        derived[name] = (ld.claimed, need)
-    (c_nope, need_nope), (c_zero, need_zero) = derived["nope"], derived["zero"]
-    assert c_zero.pop("embed.pos_norm") == 0 and "embed.pos_norm" not in c_nope
-    assert c_nope == c_zero and need_nope == need_zero
-    claim = {"n_min": 2, "n_max": 8, "rate": "harmonic",
-             **{k: format_number(need_nope[k]) for k in ("C", "C_prob", "C_abs", "C_prob_abs")}}
-    evidence = {"power": 2, "embed_center": ["0"] * cfg["d_model"], "unembed_center": ["0"] * cfg["d_model"],
-                "constants": {k: format_number(v) for k, v in c_nope.items()}}
-    cert = write_certificate(tmp_path, "infl.json", "influence", nope_path, claim, evidence)
-    assert check_main([cert, "--model", nope_path]) == 0
-    evidence["constants"]["D0"] = format_number(c_nope["D0"] / 2)
-    cert = write_certificate(tmp_path, "infl_low.json", "influence", nope_path, claim, evidence)
-    assert check_main([cert, "--model", nope_path]) == 1
+        need = certified_needs(load_model(path), make_backend("flint"), ld, 8, 2)
+        assert ("embed.pos_norm" in ld.claimed) == (name == "zero")
+        if name == "zero":
+            assert ld.claimed["embed.pos_norm"] == 0 and ld.claimed["embed.pos_radius"] == 0
+        claim = {"n_min": 2, "n_max": 8, "rate": "harmonic",
+                 **{k: format_number(need[k]) for k in ("C", "C_prob", "C_abs", "C_prob_abs")}}
+        evidence = {"power": 2, "constants": {k: format_number(v) for k, v in ld.claimed.items()}}
+        cert = write_certificate(tmp_path, f"{name}.json", "influence", path, claim, evidence)
+        assert check_main([cert, "--model", path]) == 0
+        evidence["constants"]["L0.h0.value_radius"] = format_number(ld.claimed["L0.h0.value_radius"] / 2)
+        cert = write_certificate(tmp_path, f"{name}_low.json", "influence", path, claim, evidence)
+        assert check_main([cert, "--model", path]) == 1

@@ -154,8 +154,9 @@ def rho(cfg, k, m, n):
 @pytest.mark.parametrize("name", ["L2-causal", "L3-causal", "L2-bidir", "L3-bidir", "L2-noLN-attnonly"])
 def test_layerwise_lemmas(tmp_path, name):
     """The induction hypotheses themselves, layer by layer, on all inputs and single changes: residual
-    norms <= B_k, changed position moves <= D_k, position m moves <= E_k rho_k(m). (float64 residuals
-    with a 1e-9 relative allowance; the headline bound is checked rigorously above.)"""
+    norms <= B_k, every LayerNorm's 1/sigma(x) <= its Lipschitz constant (the variance lower bound over the
+    reachable residuals), position m != i moves <= E_k rho_k(m) and <= spread_k. (float64 residuals with a
+    1e-9 relative allowance; the headline bound is checked rigorously above.)"""
     mpath, cpath, model, cert = build(tmp_path, **CONFIGS[name])
     cfg, k_ = model.config, consts(cert)
     tol = 1 + 1e-9
@@ -165,6 +166,11 @@ def test_layerwise_lemmas(tmp_path, name):
         index = {tuple(x): j for j, x in enumerate(xs)}
         for k in range(cfg.n_layers + 1):
             assert np.linalg.norm(res[k], axis=-1).max() <= float(k_[f"B{k}"]) * tol
+            ln = f"L{k}.ln1.lip" if k < cfg.n_layers else "ln_final.lip"
+            if ln in k_:
+                centred = res[k] - res[k].mean(axis=-1, keepdims=True)
+                sigma = np.sqrt((centred ** 2).mean(axis=-1) + float(cfg.eps))
+                assert (1 / sigma).max() <= float(k_[ln]) * tol
         for j, x in enumerate(xs):
             for i in range(n - 1):
                 for tok in range(x[i] + 1, cfg.d_vocab):
@@ -173,9 +179,9 @@ def test_layerwise_lemmas(tmp_path, name):
                     j2 = index[tuple(x2)]
                     for k in range(1, cfg.n_layers + 1):
                         d = np.linalg.norm(res[k][j] - res[k][j2], axis=-1)
-                        assert d[i] <= float(k_[f"D{k}"]) * tol
                         for m in range(n):
                             if m != i:
+                                assert d[m] <= float(k_[f"spread{k}"]) * tol + 1e-12
                                 assert d[m] <= float(k_[f"E{k}"]) * rho(cfg, k, m + 1, n) * tol + 1e-12, (k, m)
                             if cfg.attention_dir == "causal" and m < i:
                                 assert d[m] < 1e-9
@@ -246,7 +252,7 @@ def test_claim_and_model_edits_rejected(tmp_path):
     bad["claim"]["C"] = "-1"
     with pytest.raises(Rejected, match="claim C"):
         verify(write(tmp_path, bad), mpath)
-    for key, value in (("power", 99), ("embed_center", ["0"]), ("unembed_center", "x")):
+    for key, value in (("power", 99), ("embed_center", ["0"] * 6)):
         bad = copy.deepcopy(cert)
         bad["evidence"][key] = value
         with pytest.raises(BadInput):

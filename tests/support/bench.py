@@ -3,7 +3,7 @@
 The paper-scale random models, the prefix token a query attends to most, resource figures, and one
 timed check through `tcert.checker.verify.verify`, run in a fresh process so that its peak RSS is its own:
 
-    python -m tcert.testing.bench check CERT MODEL     # prints one JSON line (timed_check's figures)
+    python -m tcert.testing.bench check CERT MODEL [BACKEND]   # one JSON line (timed_check's figures)
 """
 
 import json
@@ -28,14 +28,15 @@ def usage() -> tuple:
     return u.ru_utime + u.ru_stime, u.ru_maxrss / 2 ** 20
 
 
-def paper_model(path: str, real_block: bool = False):
-    """The random paper-scale neox1l model (seed 0; `real_block`: the Pythia-style variant), written to
-    `path` unless it is there, and loaded."""
+def paper_model(path: str, real_block: bool = False, d_vocab: int | None = None):
+    """The random paper-scale neox1l model (seed 0; `real_block`: the Pythia-style variant; `d_vocab`: a
+    smaller vocabulary, e.g. 5000 for a medium-scale run), written to `path` unless it is there, and loaded."""
     from tcert.checker.modelfile import load_model
     from tcert.generator.model.files import save_model
     from tcert.generator.model.random_models import random_model
     if not os.path.exists(path):
-        t, c = random_model("neox1l", seed=0, **SHAPE, **(REAL_BLOCK if real_block else {}))
+        shape = dict(SHAPE, **({"d_vocab": d_vocab} if d_vocab else {}))
+        t, c = random_model("neox1l", seed=0, **shape, **(REAL_BLOCK if real_block else {}))
         save_model(path, t, c)
     return load_model(path)
 
@@ -77,9 +78,9 @@ def fresh(argv: list) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def fresh_check(cert_path: str, model_path: str) -> dict:
-    """timed_check (Arb) in a fresh process."""
-    return fresh(["-m", "tcert.testing.bench", "check", cert_path, model_path])
+def fresh_check(cert_path: str, model_path: str, backend: str = "flint") -> dict:
+    """timed_check (Arb; `backend` e.g. "flint+exact") in a fresh process."""
+    return fresh(["-m", "tcert.testing.bench", "check", cert_path, model_path, backend])
 
 
 def tight_case(workdir: str, n_fix: int, real_block: bool = False) -> None:
@@ -116,6 +117,6 @@ def machine_load() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "check":
-        sys.exit("usage: python -m tcert.testing.bench check CERT MODEL")
-    print(json.dumps(timed_check(sys.argv[2], sys.argv[3])))
+    if len(sys.argv) not in (4, 5) or sys.argv[1] != "check":
+        sys.exit("usage: python -m tcert.testing.bench check CERT MODEL [BACKEND]")
+    print(json.dumps(timed_check(*sys.argv[2:])))

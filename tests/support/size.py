@@ -31,11 +31,17 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # and influence 3. The accuracy refining strategy added 390 (refine.py 211: cubic cases, mixed entries and
 # pattern groups; rows.py 91: the int64 per-query rows it shares with the pruned brute-force checker;
 # distribution.py 69: weighted input distributions for every strategy; the claim and dispatch in
-# __init__.py 20; brute.py shrank by 5 on the shared rows). The error-ball forward pass (error_balls.py
-# 125, operator_norms.py 77, forward.py 35, the backends' `centres` primitive: interval.py 2,
-# flint_backend.py 8, mpmath_backend.py 17) added kernel 264, and the prediction kind's own precision
-# raise (precision.py 21, __init__.py 34) prediction 55.
-BUDGETS = {"kernel": 1415, "exact": 529, "prediction": 92, "overwhelm": 652, "accuracy": 933, "influence": 334}
+# __init__.py 20; brute.py shrank by 5 on the shared rows). The exact layer under the Backend interface
+# (IMat ends, routed products, column bounds from ends, the backends' way in and out) added kernel 33
+# (interval.py, flint_backend.py, mpmath_backend.py) and exact 69 (checker/exact_backend.py, the zero-line
+# cut and a faster interval_from_arb). The tighter influence constants (LayerNorm variance lower bounds
+# over the reachable residuals, per-head score widths and per-row causal caps, per-head value balls, gains
+# folded into the readers' matrices) added influence 82 (sublayers.py, reach tracking in blocks.py, row
+# caps in rates.py), and the local claim form (one input's own attention pattern, local.py) influence 90. The error-ball forward pass (error_balls.py 125,
+# operator_norms.py 77, forward.py 35, the backends' `centres` primitive: interval.py 2, flint_backend.py 8,
+# mpmath_backend.py 17) added kernel 264, and the prediction kind's own precision raise (precision.py 21,
+# __init__.py 34) prediction 55.
+BUDGETS = {"kernel": 1448, "exact": 598, "prediction": 92, "overwhelm": 652, "accuracy": 933, "influence": 506}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

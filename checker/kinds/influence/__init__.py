@@ -32,31 +32,36 @@ Reading order (one obligation per constant, docs/influence.md):
   corollary.py  "influence corollary: ..." on one input (reuses the prediction kind's check_claim)
 """
 
+from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
 from tcert.checker.kinds.influence.blocks import block, embedding, unembedding
+from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.influence.corollary import check_corollary
+from tcert.checker.kinds.influence.local import check_local
 from tcert.checker.kinds.influence.ledger import Claim, Ledger, parse_claim, parse_evidence, require_claim_covers
 from tcert.checker.kinds.influence.rates import rate, rate_text
 
 __all__ = ["Ledger", "certified_needs", "check", "rate"]
 
 
-def certified_needs(model, B, ledger, n_max: int, power: int, embed_center, unembed_center) -> dict:
+def certified_needs(model, B, ledger, n_max: int, power: int) -> dict:
     """Derive every constant in dependency order through `ledger`; return the smallest claimable C, C_prob,
-    C_abs, C_prob_abs and the final LN's Lipschitz constant lip_final.
+    C_abs, C_prob_abs, the final LN's Lipschitz constant lip_final and the folded unembedding M (d x V).
 
     `ledger.const(name, bound)` returns the value to use for constant `name` (a Fraction): the checker's
     Ledger requires the claimed value >= bound() and returns the claimed one; the generator passes a ledger
     that records a value instead, so its constants are exactly what this derivation accepts."""
     cfg = model.config
-    state = embedding(B, ledger, model, n_max, embed_center)
+    state = embedding(B, ledger, model, n_max)
+    finite = finite_inputs(B, model) if cfg.positional_embedding_type != "standard" else None
     for layer in range(cfg.n_layers):
-        state = block(B, ledger, model, layer, state, n_max, power)
-    lip_final, radius = unembedding(B, ledger, model, unembed_center)
+        state = block(B, ledger, model, layer, state, n_max, power, finite)
+    ln, radius, M = unembedding(B, ledger, model, state)
     # ||p - p'||_1 <= 2 <= 2 cap_L r(n); the n-independent caps: the last position moves by <= spread_L
-    return {"C": state.elsewhere, "C_prob": min(radius * lip_final * state.elsewhere, 2 * state.cap),
-            "C_abs": state.spread, "C_prob_abs": min(radius * lip_final * state.spread, 2), "lip_final": lip_final}
+    return {"C": state.elsewhere, "C_prob": min(radius * ln.lip * state.elsewhere, 2 * state.cap),
+            "C_abs": state.spread, "C_prob_abs": min(radius * ln.lip * state.spread, 2), "lip_final": ln.lip,
+            "unembed": M}
 
 
 def check(model, claim, evidence, B, ob):
@@ -64,14 +69,19 @@ def check(model, claim, evidence, B, ob):
     cfg = model.config
     if cfg.llama_pieces():
         raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
+    if isinstance(claim, dict) and "local" in claim:   # one input's own attention pattern (local.py)
+        fields(claim, "claim", {"local"})
+        fields(evidence, "evidence", set())
+        ob.summary = check_local(model, B, ob, claim["local"])
+        return
     stated, hints = parse_claim(cfg, claim), parse_evidence(cfg, evidence)
     ledger = Ledger(hints.constants, ob)
-    needs = certified_needs(model, B, ledger, stated.n_max, hints.power, hints.embed_center, hints.unembed_center)
+    needs = certified_needs(model, B, ledger, stated.n_max, hints.power)
     ledger.require_all_used()
     require_claim_covers(ob, stated, needs)
     ob.summary = summary(cfg, stated)
     if "corollary" in claim:
-        ob.summary += check_corollary(model, B, ob, claim["corollary"], stated, needs["lip_final"])
+        ob.summary += check_corollary(model, B, ob, claim["corollary"], stated, needs["lip_final"], needs["unembed"])
 
 
 def summary(cfg, stated: Claim) -> str:

@@ -3,8 +3,6 @@ positions 0..n-2, because R G lip_final min(C r(n), C_abs) < margin (docs/influe
 
 from fractions import Fraction
 
-import numpy as np
-
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import parse_int, parse_number, show
@@ -37,15 +35,16 @@ def parse_corollary(cfg, corollary: dict, claim: Claim) -> tuple:
     return tokens, k, margin, R, G
 
 
-def check_corollary(model, B, ob, corollary: dict, claim: Claim, lip_final: Fraction) -> str:
-    """Obligations "influence corollary: ...": the prediction on x, G >= max_j ||W_U[:,k] - W_U[:,j]||, and the
-    movement of R changes below the margin. Returns the summary clause."""
+def check_corollary(model, B, ob, corollary: dict, claim: Claim, lip_final: Fraction, M) -> str:
+    """Obligations "influence corollary: ...": the prediction on x, G >= max_j ||M[:,k] - M[:,j]|| (M the
+    unembedding with the final LN's gain folded in, d x V, an interval matrix), and the movement of R changes
+    below the margin. Returns the summary clause."""
     tokens, k, margin, R, G = parse_corollary(model.config, corollary, claim)
     check_prediction(B, model, corollary["prediction"], ob, f"{WHERE}.prediction",
                      name="influence corollary: prediction logit gap")
     with ob.step("influence corollary: gap_lipschitz") as fig:
-        W_U = np.asarray(model.tensors["unembed.W_U"])
-        need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, W_U.T, [Fraction(float(x)) for x in W_U[:, k]])
+        columns = M.T
+        need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, columns, columns.rows()[k])
         ob.require(G >= need, f"claimed {show(G)} is below {show(need)}")
     with ob.step("influence corollary: R changes cannot close the gap") as fig:
         move = fig[f"{WHERE}.movement"] = gap_movement(R, G, lip_final, claim.bounds, claim.rate, len(tokens),

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.numbers import parse_int, parse_number, parse_vector, show
+from tcert.checker.numbers import parse_int, parse_number, show
 from tcert.checker.kinds.influence.rates import RATES
 
 CLAIM_BOUNDS = ("C", "C_prob", "C_abs", "C_prob_abs")
@@ -29,11 +29,9 @@ class Claim(NamedTuple):
 
 
 class Evidence(NamedTuple):
-    """The parsed evidence: trace-power exponent, centre hints, and the named constants."""
+    """The parsed evidence: trace-power exponent and the named constants."""
 
     power: int
-    embed_center: list
-    unembed_center: list
     constants: dict
 
 
@@ -53,15 +51,13 @@ def parse_claim(cfg, claim: dict) -> Claim:
 
 def parse_evidence(cfg, evidence: dict) -> Evidence:
     """Validate the evidence's shape against the model config (BadInput on any defect)."""
-    fields(evidence, "evidence", {"power", "embed_center", "unembed_center", "constants"})
+    fields(evidence, "evidence", {"power", "constants"})
     power = parse_int(evidence["power"], "evidence.power", 0, MAX_POWER)
-    centers = [parse_vector(evidence[key], f"evidence.{key}", cfg.d_model, "d_model")
-               for key in ("embed_center", "unembed_center")]
     consts = evidence["constants"]
     if not isinstance(consts, dict) or len(consts) > MAX_CONSTANTS:
         raise BadInput("evidence.constants: must be an object of named numbers")
     consts = {str(k): parse_number(v, f"evidence.constants.{k[:40]}") for k, v in consts.items()}
-    return Evidence(power, centers[0], centers[1], consts)
+    return Evidence(power, consts)
 
 
 class Ledger:

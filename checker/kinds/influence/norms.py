@@ -1,26 +1,41 @@
 """Rigorous norms from the stored weights: each function returns an exact upper (or lower) bound.
 
-Weights enter the backend exactly (float32 values are binary rationals), every product is an interval
-enclosure, and only an enclosure's end is returned, so each result bounds the real-number quantity.
+Weights enter the backend exactly (float16/32/64 values are binary rationals), every product is an
+interval enclosure, and only an enclosure's end is returned, so each result bounds the real-number
+quantity. Matrices are numpy arrays of stored weights or interval matrices (IMat) built from them.
 """
 
 from fractions import Fraction
 
 import numpy as np
 
-ROWS_PER_BLOCK = 64   # rows per blockwise Gram product in max_row_dists (bounds memory, not the result)
+ROWS_PER_BLOCK = 64   # rows per blockwise Gram product (bounds memory, not the result)
+
+
+def as_mat(B, a):
+    """An interval matrix: `a` itself if it is one, else the exact matrix of a stored array."""
+    return a if hasattr(a, "backend") else B.array(a)
+
+
+def _row_blocks(B, arr):
+    """The rows of `arr` (stored array or IMat) in blocks of ROWS_PER_BLOCK, as interval matrices."""
+    if hasattr(arr, "backend"):
+        rows = arr.rows()
+        return [B.matrix(rows[s:s + ROWS_PER_BLOCK]) for s in range(0, len(rows), ROWS_PER_BLOCK)]
+    arr = np.asarray(arr)
+    return [B.array(arr[s:s + ROWS_PER_BLOCK]) for s in range(0, arr.shape[0], ROWS_PER_BLOCK)]
 
 
 def max_row_dists(B, arr, centers) -> list:
-    """Upper bounds of max_r ||arr[r] - c||_2 for each centre c in `centers` (None: the zero vector),
-    in one pass over the rows: ||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2 with blockwise products."""
-    arr = np.asarray(arr)
-    cs = [[Fraction(0)] * arr.shape[1] if c is None else c for c in centers]
-    cols = B.matrix([[B.num(x) for x in c] for c in cs]).T
-    c_sq = [B.num(B.upper(row[j])) for j, row in enumerate((cols.T @ cols).rows())]
+    """Upper bounds of max_r ||arr[r] - c||_2 for each centre c in `centers` (None: the zero vector; else a
+    list of exact numbers or interval scalars), in one pass over the rows: ||x - c||^2 = ||x||^2 - 2 x.c +
+    ||c||^2 with blockwise products."""
+    width = arr.shape[1]
+    cs = [[Fraction(0)] * width if c is None else c for c in centers]
+    cols = B.matrix([[B.num(x) if isinstance(x, (int, Fraction)) else x for x in c] for c in cs]).T
+    c_sq = [row[j] for j, row in enumerate((cols.T @ cols).rows())]
     best = [Fraction(0)] * len(cs)
-    for s in range(0, arr.shape[0], ROWS_PER_BLOCK):
-        blk = B.array(arr[s:s + ROWS_PER_BLOCK])
+    for blk in _row_blocks(B, arr):
         g, x = (blk @ blk.T).rows(), (blk @ cols).rows()
         for j in range(len(cs)):
             best[j] = max([best[j]] + [B.upper(g[i][i] - 2 * x[i][j] + c_sq[j]) for i in range(blk.shape[0])])
@@ -32,39 +47,64 @@ def max_row_dist(B, arr, center=None) -> Fraction:
     return max_row_dists(B, arr, [center])[0]
 
 
+def min_centred_norms(B, arr, offsets) -> list:
+    """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
+    centring projection I - 11^T/d: ||P z||^2 = ||z||^2 - (sum z)^2 / d with z = arr[r] + c, blockwise."""
+    d = arr.shape[1]
+    cols = B.matrix([list(c) for c in offsets]).T
+    ones = B.array(np.ones((d, 1)))
+    c_sq, c_sum = [r[j] for j, r in enumerate((cols.T @ cols).rows())], (cols.T @ ones).rows()
+    best = [None] * len(offsets)
+    for blk in _row_blocks(B, arr):
+        g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
+        for j in range(len(offsets)):
+            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - (s[i][0] + c_sum[j][0]) ** 2 / d)
+                      for i in range(blk.shape[0]))
+            best[j] = low if best[j] is None else min(best[j], low)
+    return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
+
+
 def vector_norm(B, v) -> Fraction:
-    """Upper bound of the Euclidean norm of a stored vector."""
-    return max_row_dist(B, np.asarray(v).reshape(1, -1))
-
-
-def max_abs(B, v) -> Fraction:
-    """max_i |v_i| of a stored vector, exactly."""
-    return max(B.abs_upper(B.num(float(x))) for x in np.asarray(v).reshape(-1))
+    """Upper bound of the Euclidean norm of a vector (stored array or 1 x d interval matrix)."""
+    m = as_mat(B, np.asarray(v).reshape(1, -1) if not hasattr(v, "backend") else v)
+    return B.upper(B.sqrt(B.num(max(B.upper((m @ m.T).rows()[0][0]), Fraction(0)))))
 
 
 def product_norm(B, v, M) -> Fraction:
-    """Upper bound of ||v M||_2 for a stored vector v and matrix M."""
-    r = B.array(v) @ B.array(M)
-    return B.upper(B.sqrt((r @ r.T).rows()[0][0]))
+    """Upper bound of ||v M||_2 for a vector v and a matrix M (stored arrays or interval matrices)."""
+    v = as_mat(B, np.asarray(v).reshape(1, -1) if not hasattr(v, "backend") else v)
+    return vector_norm(B, v @ as_mat(B, M))
 
 
 def abs_dot(B, u, v) -> Fraction:
-    """Upper bound of |u . v| for two stored vectors."""
-    return B.abs_upper(B.dot(B.array(u).rows()[0], B.array(v).rows()[0]))
+    """Upper bound of |u . v| for two vectors (stored arrays or 1 x d interval matrices)."""
+    u, v = (as_mat(B, np.asarray(x).reshape(1, -1) if not hasattr(x, "backend") else x) for x in (u, v))
+    return B.abs_upper((u @ v.T).rows()[0][0])
+
+
+def centred_scaled(B, w, W):
+    """The interval matrix P diag(w) W (P the centring projection): the LayerNorm gain folded into the
+    matrix W that reads the LN output, so that u W = g (P diag(w) W) + b W for u = w * g + b, g centred."""
+    W = np.asarray(W)
+    M = B.array(np.diag(np.asarray(w))) @ B.array(W)
+    d = W.shape[0]
+    col_means = (B.array(np.ones((1, d))) @ M).scale(B.num(Fraction(1, d)))
+    return M - B.array(np.ones((d, 1))) @ col_means
 
 
 def operator_norm(B, factors, power: int) -> Fraction:
-    """Upper bound of the spectral norm of the product of `factors` (one or two stored matrices).
+    """Upper bound of the spectral norm of the product of `factors` (one or two matrices: stored arrays or
+    interval matrices).
 
-    With P the smaller Gram matrix (W W^T or W^T W; for the OV circuit W_V W_O it is (W_V^T W_V)(W_O W_O^T),
-    whose eigenvalues are the non-zero eigenvalues of (W_V W_O)^T (W_V W_O)), all eigenvalues are >= 0, so
+    With P the smaller Gram matrix (W W^T or W^T W; for a product F S it is (F^T F)(S S^T), whose
+    eigenvalues are the non-zero eigenvalues of (F S)^T (F S)), all eigenvalues are >= 0, so
     lambda_max^m <= tr(P^m) for m = 2^power, and ||.||_2 <= tr(P^m)^(1/(2m)).
     """
     if len(factors) == 1:
-        M = B.array(factors[0])
+        M = as_mat(B, factors[0])
         gram = M @ M.T if M.shape[0] <= M.shape[1] else M.T @ M
     else:
-        first, second = B.array(factors[0]), B.array(factors[1])
+        first, second = as_mat(B, factors[0]), as_mat(B, factors[1])
         gram = (first.T @ first) @ (second @ second.T)
     for _ in range(power):
         gram = gram @ gram
@@ -73,4 +113,3 @@ def operator_norm(B, factors, power: int) -> Fraction:
     if trace <= 0:
         return Fraction(0)
     return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))))
-

@@ -32,3 +32,25 @@ def cap_factor(B, n_max: int, k: int, causal: bool) -> Fraction:
         h_m = h_m + B.num(1) / m
         best = max(best, B.upper(B.exp(B.log(B.num(m)) - (k - 1) * B.log(h_m))))
     return best
+
+
+def row_cap(B, n_max: int, width: Fraction, layer: int, causal: bool) -> Fraction:
+    """kappa_row >= max over rows m <= n_max of (m keys) * (the changed key's weight cap) / (m rho(m)): in a
+    row of M keys whose scores spread by <= width, every weight is <= 1/(1 + (M-1) e^(-width)). Bidirectional
+    rows have n keys and rho = 1/n; causal row m has m keys and rho_(layer+1)(m) = H_m^layer / m, so
+    kappa_row = max_m m / ((1 + (m-1) e^(-width)) H_m^layer) (m / (1 + (m-1) e^(-width)) grows with m)."""
+    decay = B.exp(B.num(-width))
+    if not causal or layer == 0:
+        return B.upper(n_max / (1 + (n_max - 1) * decay))
+    best, h_m = Fraction(0), B.num(0)
+    for m in range(1, n_max + 1):
+        h_m = h_m + B.num(1) / m
+        best = max(best, B.upper(m / ((1 + (m - 1) * decay) * h_m ** layer)))
+    return best
+
+
+def rest_cap(B, n_max: int, width: Fraction) -> Fraction:
+    """kappa >= m * (the weight cap of an unchanged key among the other m - 1 keys of causal row m), for every
+    2 <= m <= n_max: m / (1 + (m-2) e^(-width)); its derivative in m has the sign of 1 - 2 e^(-width), so the
+    maximum is at m = 2 (value 2) or at m = n_max (a row without the changed key is capped lower)."""
+    return max(Fraction(2), B.upper(n_max / (1 + (n_max - 2) * B.exp(B.num(-width)))))

@@ -1,0 +1,120 @@
+"""The local claim: one input x of a 1-layer model, certified with x's own attention pattern
+(docs/influence.md, "Local certificates").
+
+claim {"local": {"prediction": prediction claim for x, "change": D, "change_prob": D', "substitutions": R,
+                 "gap_lipschitz": G}}, evidence {}.
+Statement: changing any ONE non-final token of x moves the last residual by <= D and the next-token
+distribution (L1) by <= D'; changing ANY R (or fewer) non-final tokens leaves the greedy token k.
+Head h's output at the last position moves by <= 2 r_h max(a_S, a'_S) (step 5's bracket for a set S of
+changed keys): a_S is S's weight on x, a'_S <= T' / (rest + T') with T' the largest R of the keys' best
+possible exp(score) and rest the smallest n-1-R of the other positions' exp(score). One layer, parallel or
+attention-only blocks, no position table: the last position's query, MLP input and the other keys are those
+of x, so nothing else moves.
+"""
+
+from fractions import Fraction
+
+from tcert.checker.envelope import fields
+from tcert.checker.errors import BadInput
+from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
+from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist
+from tcert.checker.kinds.influence.sublayers import finite_inputs
+from tcert.checker.kinds.prediction import check_claim as check_prediction
+from tcert.checker.kinds.prediction import parse_claim as parse_prediction
+from tcert.checker.numbers import parse_int, parse_number, show
+
+WHERE = "claim.local"
+
+
+def supported(cfg):
+    """One line of refusal for what the local rule does not cover."""
+    if cfg.n_layers != 1 or not (cfg.parallel_attn_mlp or cfg.attn_only) or cfg.positional_embedding_type == "standard":
+        raise BadInput("claim.local: only 1-layer models with parallel or attention-only blocks and rotary or no "
+                       "positions (docs/influence.md, 'Local certificates')")
+
+
+def head_weights(B, model, tokens, h, X_all, div) -> tuple:
+    """(r_h, [(upper a_j, upper a'_j max) for j < n-1], lower exp-scores, upper best exp-scores) of head h at the
+    last query of `tokens`; X_all: the LN1 output of every token (V x d)."""
+    t, p, n = model.tensors, "blocks.0.attn.", len(tokens)
+    vals = X_all @ (B.array(t[p + "W_V"][h]) @ B.array(t[p + "W_O"][h])) + B.matrix(
+        [(B.array(t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h])).rows()[0]] * X_all.shape[0])
+    lo, hi = vals.col_bounds()
+    r = max_row_dist(B, vals, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
+    keys = X_all @ B.array(t[p + "W_K"][h]) + B.matrix([B.array(t[p + "b_K"][h]).rows()[0]] * X_all.shape[0])
+    q = (B.matrix([X_all.rows()[tokens[-1]]]) @ B.array(t[p + "W_Q"][h]) + B.array(t[p + "b_Q"][h])).rows()[0]
+    cfg, pairs = model.config, rotary_pairs(model.config)
+    if pairs:   # q R_(n-1) . R_j k = (R_(-j) R_(n-1) q) . k: rotate the query, not the V keys
+        ang = rotary_angles(B, cfg, [n - 1] + [-j for j in range(n)])
+        q = rotate(q, ang[n - 1], pairs)
+    qs = [rotate(q, ang[-j], pairs) if pairs else q for j in range(n)]
+    S = (B.matrix(qs) @ keys.T).rows()
+    actual = [S[j][tokens[j]] / div for j in range(n)]
+    shift = B.num(max(B.upper(s) for s in actual))
+    e = [B.exp(s - shift) for s in actual]
+    best = [B.upper(B.exp(B.num(max(B.upper(s) for s in S[j])) / div - shift)) for j in range(n - 1)]
+    e_lo, e_hi = [B.lower(x) for x in e], [B.upper(x) for x in e]
+    total = sum(e_lo)
+    single = [(e_hi[j] / (total - e_lo[j] + e_hi[j]), best[j] / (total - e_lo[j] + best[j])) for j in range(n - 1)]
+    return r, single, e_lo, best
+
+
+def local_parts(B, model, tokens) -> dict:
+    """The local derivation on x = tokens: change and change_prob (single substitutions), the per-head
+    pattern data for `movement`, the final LN's local Lipschitz rule and the folded unembedding M (d x V)."""
+    cfg, t, n = model.config, model.tensors, len(tokens)
+    X_all, div = finite_inputs(B, model), attn_divisor(B, cfg)
+    heads = [head_weights(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
+    change = max(sum(2 * r * max(s[j]) for r, s, _, _ in heads) for j in range(n - 1)) if n > 1 else Fraction(0)
+    y = final_residual(B, model, tokens, Weights(B, model))
+    M = centred_scaled(B, t["ln_final.w"], t["unembed.W_U"]) if cfg.final_ln else B.array(t["unembed.W_U"])
+    mean = B.fsum(y) / cfg.d_model
+    py = B.lower(B.sqrt(B.fsum((v - mean) * (v - mean) for v in y)))
+
+    def lip_f(D):   # the final LN on ball(y, D): |P y'| >= |P y| - D (step 1's rule, locally)
+        if not cfg.final_ln:
+            return Fraction(1)
+        return B.upper(1 / B.sqrt(B.num(max(py - D, Fraction(0)) ** 2 / cfg.d_model) + B.num(cfg.eps)))
+    lo, hi = M.T.col_bounds()
+    radius = max_row_dist(B, M.T, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
+    return {"change": change, "change_prob": min(radius * lip_f(change) * change, Fraction(2)), "heads": heads,
+            "lip_f": lip_f, "unembed": M, "n": n}
+
+
+def movement(parts: dict, R: int) -> Fraction:
+    """lip_f(D) D for D = sum_h 2 r_h max(a_S, a'_S) over any set S of R changed non-final keys:
+    a_S <= the R largest a_j, a'_S <= T' / (rest + T') (T' the R largest best exp-scores, rest the n-1-R
+    smallest exp-scores of the other non-final positions plus the last one)."""
+    moved, n = Fraction(0), parts["n"]
+    for r, single, e_lo, best in parts["heads"]:
+        a_S = sum(sorted((s[0] for s in single), reverse=True)[:R])
+        top = sum(sorted(best, reverse=True)[:R])
+        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
+        moved += 2 * r * min(1, max(a_S, top / (rest + top)))
+    return parts["lip_f"](moved) * moved
+
+
+def check_local(model, B, ob, local: dict) -> str:
+    """Obligations "influence local: ...": the prediction on x, the single-change bounds, G, and the movement of
+    R changes below the margin. Returns the summary line."""
+    supported(model.config)
+    fields(local, WHERE, {"prediction", "change", "change_prob", "substitutions", "gap_lipschitz"})
+    tokens, k, margin = parse_prediction(local["prediction"], model.config, f"{WHERE}.prediction")
+    R = parse_int(local["substitutions"], f"{WHERE}.substitutions", 0, max(len(tokens) - 1, 0))
+    claimed = {key: parse_number(local[key], f"{WHERE}.{key}") for key in ("change", "change_prob", "gap_lipschitz")}
+    check_prediction(B, model, local["prediction"], ob, f"{WHERE}.prediction", name="influence local: prediction logit gap")
+    needs = local_parts(B, model, tokens)
+    for key in ("change", "change_prob"):
+        with ob.step(f"influence local: {key}") as fig:
+            need = fig[f"{WHERE}.{key}"] = needs[key]
+            ob.require(claimed[key] >= need, f"claimed {show(claimed[key])} is below the recomputed {show(need)}")
+    with ob.step("influence local: gap_lipschitz") as fig:
+        columns = needs["unembed"].T
+        need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, columns, columns.rows()[k])
+        ob.require(claimed["gap_lipschitz"] >= need, f"claimed {show(claimed['gap_lipschitz'])} is below {show(need)}")
+    with ob.step("influence local: R changes cannot close the gap") as fig:
+        move = fig[f"{WHERE}.movement"] = claimed["gap_lipschitz"] * movement(needs, R)
+        ob.require(move < margin, f"G*lip*movement = {show(move)} is not < margin {show(margin)}")
+    return (f"on this input of length {len(tokens)}: one changed non-final token moves the last residual by <= "
+            f"{show(claimed['change'])} and the distribution (L1) by <= {show(claimed['change_prob'])}; the next "
+            f"token {k} (margin {show(margin)}) survives ANY change of <= {R} non-final tokens (gap movement <= {show(move)})")

@@ -1,0 +1,149 @@
+"""The sublayers' constants (docs/influence.md, steps 1-5): LayerNorm maps, attention heads, MLPs.
+
+A sublayer reads its LayerNorm's output u = w * g + b, g = P x / sigma(x) (P the centring projection,
+sigma(x) = sqrt(|P x|^2 / d + eps)), so every matrix W that reads u is used folded, u W = g (P diag(w) W) +
+b W: the gain enters the operator norms and the bias b only shifts a centre. Without normalisation g = x,
+the fold is W itself and the shift is 0. Each function asks the ledger for its constants in dependency
+order and returns the claimed values.
+"""
+
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+from tcert.checker.forward import Weights, activation, layer_norm
+from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, max_row_dist, min_centred_norms,
+                                                 operator_norm, product_norm, vector_norm)
+
+
+class LNMap(NamedTuple):
+    """A LayerNorm as its readers see it: g has norm <= radius and moves by <= lip ||x - x'|| between two
+    reachable inputs; w, b: its gain and bias (None without normalisation)."""
+
+    lip: Fraction
+    radius: Fraction
+    w: np.ndarray | None
+    b: np.ndarray | None
+
+
+def fold(B, ln: LNMap, W):
+    """P diag(w) W for a LayerNorm with gain w (W itself without normalisation)."""
+    return B.array(W) if ln.w is None else centred_scaled(B, ln.w, W)
+
+
+def shift(B, ln: LNMap, W, bias):
+    """The row b W + bias: what a reader of the LN output adds besides g (P diag(w) W)."""
+    out = B.array(np.asarray(bias).reshape(1, -1))
+    return out if ln.b is None else out + B.array(np.asarray(ln.b).reshape(1, -1)) @ B.array(W)
+
+
+def layer_norm_map(B, ld, model, prefix, name, bound, reach) -> LNMap:
+    """Constants `name`.lip and `name`.radius of LN `prefix` (None: no normalisation) whose inputs have norm
+    <= bound and lie in e_t + ball(reach.centre, reach.radius) for some token t (step 1): |P x| >=
+    min_t |P(e_t + centre)| - radius =: s, so sigma(x) >= sqrt(s^2/d + eps) =: sigma_min, and ||g - g'|| <=
+    ||P(x - x')|| / sqrt(sigma(x) sigma(x')) <= ||x - x'|| / sigma_min; |g| < sqrt(d) and |g| <= bound/sqrt(eps)."""
+    if prefix is None:
+        return LNMap(Fraction(1), bound, None, None)
+    cfg, t = model.config, model.tensors
+    d, eps = cfg.d_model, B.num(cfg.eps)
+
+    def lip():
+        low = min_centred_norms(B, t["embed.W_E"], [reach.centre])[0] - reach.radius
+        return B.upper(1 / B.sqrt(B.num(max(low, Fraction(0)) ** 2 / d) + eps))
+    lip = ld.const(name + ".lip", lip)
+    radius = ld.const(name + ".radius", lambda: min(B.upper(B.sqrt(B.num(d))), B.upper(B.num(bound) / B.sqrt(eps))))
+    return LNMap(lip, radius, t[prefix + ".w"], t[prefix + ".b"])
+
+
+def act_lipschitz(B, act_fn: str) -> Fraction:
+    """A Lipschitz constant of the MLP nonlinearity (docs/influence.md, 'MLP')."""
+    if act_fn == "relu":
+        return Fraction(1)
+    if act_fn == "gelu":  # max |gelu'| = gelu'(sqrt 2) = Phi(sqrt 2) + sqrt 2 phi(sqrt 2)
+        return B.upper((1 + B.erf(B.num(1))) / 2 + B.exp(B.num(-1)) / B.sqrt(B.pi()))
+    return Fraction(3, 2)  # gelu_new: 1 + sup_u (u + 0.0527 u^3) e^(-u) < 3/2
+
+
+class MLPBounds(NamedTuple):
+    """An MLP sublayer: its output lies in ball(centre, radius) (centre a row of interval scalars), its norm
+    is <= out, and it moves by <= lip ||x - x'|| (and by <= 2 radius)."""
+
+    centre: list
+    radius: Fraction
+    out: Fraction
+    lip: Fraction
+
+
+def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
+    """Block `layer`'s MLP on the output of `ln`: with z = g M + z0 (M = P diag(w) W_in, z0 = b W_in + b_in)
+    and |act(z) - act(z0)| <= Lip(act) |z - z0|, the output lies within Lip(act) ||W_out|| ||M|| radius(ln)
+    of b_out + act(z0) W_out."""
+    t, p, name = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
+    s_in = ld.const(name + "W_in", lambda: operator_norm(B, [fold(B, ln, t[p + "W_in"])], power))
+    s_out = ld.const(name + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
+    act = act_lipschitz(B, model.config.act_fn)
+    z0 = shift(B, ln, t[p + "W_in"], t[p + "b_in"])
+    centre = (z0.map(activation(B, model.config)) @ B.array(t[p + "W_out"]) + B.array(t[p + "b_out"])).rows()[0]
+    radius = ld.const(name + "radius", lambda: act * s_out * s_in * ln.radius)
+    out = ld.const(name + "out", lambda: vector_norm(B, B.matrix([centre])) + radius)
+    lip = ld.const(name + "lip", lambda: s_out * act * s_in * ln.lip)
+    return MLPBounds(centre, radius, out, lip)
+
+
+class Head(NamedTuple):
+    """One head's constants (steps 2-5): its values lie in ball(centre, value_radius); every weight in a row
+    of M <= n_max keys is <= kappa / M (kappa_row / M * H_M^k for the changed key, see step 7); vl: value
+    Lipschitz constant; k_query, k_key: score-change constants."""
+
+    centre: list
+    value_radius: Fraction
+    kappa: Fraction
+    kappa_row: Fraction
+    vl: Fraction
+    k_query: Fraction
+    k_key: Fraction
+
+
+def score_bounds(B, ld, name, ln: LNMap, Mq, Mk, q0, k0, power, rotary: bool) -> tuple:
+    """Steps 2 and 3 before the score scale: (bound of |q.k|, bound of a row's score spread, query-change
+    factor, key-change factor) for q = g Mq + q0, k = g' Mk + k0 with |g|, |g'| <= R = radius(ln)."""
+    R = ln.radius
+    s_q = ld.const(name + "Q", lambda: operator_norm(B, [Mq], power))
+    s_k = ld.const(name + "K", lambda: operator_norm(B, [Mk], power))
+    query = ld.const(name + "query", lambda: s_q * R + vector_norm(B, q0))
+    key = ld.const(name + "key", lambda: s_k * R + vector_norm(B, k0))
+    score, per_query, per_key = query * key, s_q * key, query * s_k
+    spread = 2 * score     # rotary: keys at different positions are rotated differently
+    if not rotary:         # bilinear: q.k = g Mq Mk^T g'^T + g Mq k0^T + q0 Mk^T g'^T + q0.k0
+        qk = ld.const(name + "QK", lambda: operator_norm(B, [Mq, Mk.T], power))
+        q_k0 = ld.const(name + "Q.k0", lambda: product_norm(B, k0, Mq.T))
+        k_q0 = ld.const(name + "K.q0", lambda: product_norm(B, q0, Mk.T))
+        score = min(score, qk * R * R + (q_k0 + k_q0) * R + abs_dot(B, q0, k0))
+        spread = min(2 * score, 2 * R * (qk * R + k_q0))   # s_r - s_r' = q (Mk^T) (g_r - g_r')^T
+        per_query, per_key = min(per_query, qk * R + q_k0), min(per_key, qk * R + k_q0)
+    return score, spread, per_query, per_key
+
+
+def value_ball(B, ld, model, layer, h, ln: LNMap, M, c0, power, finite) -> tuple:
+    """(centre, radius, ||M|| or None) of the set of head h's values w = u W_V W_O + b_V W_O: the image c0 + g M of the
+    g-ball (M = P diag(w) W_V W_O, c0 = b W_V W_O + b_V W_O), or with `finite` (block 0, position-free
+    residuals: the embeddings) the set itself, about its bounding box's midpoint."""
+    name = f"L{layer}.h{h}."
+    if finite is None:
+        ov = ld.const(name + "VO", lambda: operator_norm(B, M, power))
+        return c0.rows()[0], ld.const(name + "value_radius", lambda: ov * ln.radius), ov
+    t, p = model.tensors, f"blocks.{layer}.attn."
+    vals = finite @ (B.array(t[p + "W_V"][h]) @ B.array(t[p + "W_O"][h])) + B.matrix(
+        [(B.array(t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h])).rows()[0]] * finite.shape[0])
+    lo, hi = vals.col_bounds()
+    centre = [B.num((a + b) / 2) for a, b in zip(lo, hi)]
+    return centre, ld.const(name + "value_radius", lambda: max_row_dist(B, vals, centre)), None
+
+
+def finite_inputs(B, model):
+    """The LN1 outputs of every token (V x d_model): block 0's inputs are the embeddings when the model has
+    no position table (rotary or no positions)."""
+    cfg = model.config
+    X = B.array(model.tensors["embed.W_E"])
+    return layer_norm(B, X, Weights(B, model), "blocks.0.ln1", cfg.eps) if cfg.has_ln else X

@@ -1,0 +1,142 @@
+"""The exact layer under the Backend interface (checker/exact_backend.py): products with a point factor on
+float64 BLAS, for both backends, against exact Fraction products and against the libraries' own products."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tcert.checker import exact_backend, interval
+from tcert.checker.errors import Rejected
+from tcert.checker.interval import make_backend
+
+BACKENDS = ("flint+exact", "mpmath+exact")
+
+
+def weights(rng, shape, dtype, zero_cols=()):
+    """Random stored weights with subnormals, signed zeros, wide spreads and zero columns."""
+    w = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 10, shape))
+    w[rng.random(shape) < 0.1] = 0.0
+    w[rng.random(shape) < 0.05] = -0.0
+    if dtype == np.float64:
+        w[rng.random(shape) < 0.03] = 5e-324 * rng.integers(1, 9)
+    for c in zero_cols:
+        w[:, c] = 0.0
+    return w.astype(dtype)
+
+
+def exact_product(a, b):
+    """The exact rational product of two float arrays (Fractions)."""
+    fa = [[Fraction(float(x)) for x in row] for row in np.atleast_2d(a)]
+    fb = [[Fraction(float(x)) for x in row] for row in np.atleast_2d(b)]
+    return [[sum((x * y for x, y in zip(r, c)), Fraction(0)) for c in zip(*fb)] for r in fa]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), m=st.integers(1, 6), k=st.integers(1, 40), n=st.integers(1, 6),
+       dtype=st.sampled_from([np.float16, np.float32, np.float64]), name=st.sampled_from(BACKENDS))
+def test_point_products_enclose_the_exact_product_within_an_ulp(seed, m, k, n, dtype, name):
+    """Point x point through the layer: the ends hold the exact Fraction product, within 2^-48 of the
+    row-column scale of its chunk (2^-44: the float exit); zero columns included."""
+    rng = np.random.default_rng(seed)
+    a, b = weights(rng, (m, k), dtype), weights(rng, (k, n), dtype, zero_cols=[0])
+    B = make_backend(name)
+    with B.precision():
+        p = B.array(a) @ B.array(b)
+        assert p.ends is not None
+        lo, hi = p.col_bounds(m)[0] if m == 1 else (None, None)
+        rows = p.rows()
+    ref, abs_ref = exact_product(a, b), exact_product(np.abs(a), np.abs(b))
+    row_max, col_top = np.abs(a.astype(np.float64)).max(axis=1), np.frexp(np.abs(b.astype(np.float64)).max(axis=0))[1]
+    for i in range(m):
+        for j in range(n):
+            low, high = B.lower(rows[i][j]), B.upper(rows[i][j])
+            assert low <= ref[i][j] <= high
+            # the float exit is tight to the largest row-column scale of its chunk (float_bounds' docstring)
+            scale = max(abs_ref[r][c] + Fraction(float(row_max[r])) * Fraction(2) ** int(col_top[c])
+                        for r in range(m) for c in range(n))
+            assert high - low <= scale * Fraction(1, 2 ** 44)
+    if m == 1:
+        assert all(lo[j] <= ref[0][j] <= hi[j] for j in range(n))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_interval_times_point_contains_every_corner_and_matches_the_library(name, side):
+    """A native interval matrix times stored weights (and weights times it): the result contains the exact
+    product at random points of the box, and is within a few ulps of the library's own product."""
+    rng = np.random.default_rng(7)
+    B = make_backend(name)
+    w = weights(rng, (9, 5), np.float32, zero_cols=[2])
+    mids = rng.standard_normal((4, 9))
+    with B.precision():
+        third = B.num(1) / 3
+        X = B.matrix([[B.num(float(v)) + third * B.num(Fraction(1, 1000)) * B.interval(Fraction(-1), Fraction(1))
+                       for v in row] for row in mids])
+        W = B.array(w if side == "right" else w.T)
+        got = X @ W if side == "right" else W @ X.T
+        assert got.ends is not None
+        ref = B._native_matmul(X, B.array(w) if side == "right" else B.array(w.T)) if side == "right" \
+            else B._native_matmul(B.array(w.T), X.T)
+        got_rows, ref_rows = got.rows(), ref.rows()
+        x_lo = np.array([[float(B.lower(v)) for v in r] for r in X.rows()])
+        x_hi = np.array([[float(B.upper(v)) for v in r] for r in X.rows()])
+    for _ in range(5):
+        pt = x_lo + (x_hi - x_lo) * rng.integers(0, 2, x_lo.shape)     # corners: exact floats in the box
+        exact = exact_product(pt, w) if side == "right" else exact_product(w.T, pt.T)
+        for i, row in enumerate(exact):
+            for j, v in enumerate(row):
+                assert B.lower(got_rows[i][j]) <= v <= B.upper(got_rows[i][j])
+    for g, r in zip(sum(got_rows, []), sum(ref_rows, [])):
+        width, ref_width = B.upper(g) - B.lower(g), B.upper(r) - B.lower(r)
+        assert width <= ref_width + Fraction(1, 2 ** 40) * (abs(B.upper(r)) + 1)
+
+
+def test_both_backends_give_the_same_ends():
+    """The layer does the same arithmetic for flint and mpmath: identical float64 ends."""
+    rng = np.random.default_rng(3)
+    a, b = weights(rng, (5, 30), np.float32), weights(rng, (30, 7), np.float32)
+    ends = []
+    for name in BACKENDS:
+        B = make_backend(name)
+        with B.precision():
+            ends.append((B.array(a) @ B.array(b)).ends)
+    assert np.array_equal(ends[0][0], ends[1][0]) and np.array_equal(ends[0][1], ends[1][1])
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_the_layer_declines_where_it_does_not_apply(name):
+    """No point factor, precision above 64 bits, or a non-finite entry: the library's product runs, and a
+    non-finite result fails closed (Rejected) when its endpoints are read."""
+    B = make_backend(name)
+    w = np.ones((2, 2), dtype=np.float32)
+    with B.precision():
+        X = B.matrix([[B.num(1), B.num(2)], [B.num(3), B.num(4)]])
+        assert (X @ X).ends is None
+        bad = B.matrix([[B.num(1) / B.interval(Fraction(-1), Fraction(1)), B.num(1)], [B.num(1), B.num(1)]])
+        with pytest.raises(Rejected):
+            [B.lower(v) for row in (bad @ B.array(w)).rows() for v in row]
+    off = make_backend(name.removesuffix("+exact"))
+    with off.precision():
+        assert (off.array(w) @ off.array(w)).ends is None      # off by default: the library's product
+    hi = make_backend(name, 100)
+    assert hi.prec > interval.EXACT_MAX_PREC
+    with hi.precision():
+        assert (hi.array(w) @ hi.array(w)).ends is None
+        huge = B.matrix([[B.exp(B.num(10 ** 6)), B.num(1)], [B.num(1), B.num(1)]])   # beyond float64: declined
+        big = (huge @ B.array(w)).rows()[0][0]
+        assert B.lower(big) > Fraction(2) ** 1024
+    assert exact_backend.point_ends(np.array([[np.inf, 1.0]], dtype=np.float32)) is None
+
+
+def test_column_bounds_from_ends_reject_non_finite_and_group():
+    """col_bounds on ends: exact Fractions of the per-group extremes; a non-finite end is Rejected."""
+    lo = np.array([[1.0, -2.0], [0.5, 3.0], [-1.0, 0.0], [2.0, 1.0]])
+    hi = lo + 0.25
+    got = exact_backend.column_bounds((lo, hi), 2)
+    assert got == [([Fraction(1, 2), Fraction(-2)], [Fraction(5, 4), Fraction(13, 4)]),
+                   ([Fraction(-1), Fraction(0)], [Fraction(9, 4), Fraction(5, 4)])]
+    with pytest.raises(Rejected):
+        exact_backend.column_bounds((lo, np.where(lo > 2.5, np.inf, hi)), 1)
