@@ -84,6 +84,16 @@ class FlintBackend(Backend):
         return flint.arb.pi()
 
     # --- matrices ----------------------------------------------------------------------------------
+    def centres(self, m):
+        """Arb's own midpoints (exact) and, per row, the upper end of an enclosure of sqrt(sum_j rad_j^2)."""
+        radii = []
+        for row in m.data.tolist():
+            if not all(x.is_finite() for x in row):
+                raise Rejected("finite enclosure", "a matrix entry is not finite")
+            rad = flint.arb_mat(1, len(row), [x.rad() for x in row])
+            radii.append(self._endpoint((rad * rad.transpose())[0, 0].sqrt(), 1) if row else Fraction(0))
+        return IMat(self, m.data.mid(), m.shape), radii
+
     def _from_rows(self, rows, shape):
         return IMat(self, flint.arb_mat(shape[0], shape[1], [v for row in rows for v in row])
                     if shape[0] and shape[1] else flint.arb_mat(shape[0], shape[1]), shape)

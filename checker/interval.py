@@ -54,7 +54,7 @@ MAX_EXP = 1 << 14
 # The declared interface: the public primitives and the IMat operations' backend hooks. FlintBackend
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
-              "tanh", "pi", "fsum", "array", "matrix", "dot")
+              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
 # The exact layer runs only on a backend made with exact=True ("flint+exact"). Above this precision
@@ -242,6 +242,13 @@ class Backend(ABC):
         """A matrix from a non-empty list of equal-length lists of interval scalars."""
         shape = (len(rows), len(rows[0]) if rows else 0)
         return self._from_rows(rows, shape)
+
+    @abstractmethod
+    def centres(self, m: IMat) -> tuple:
+        """(C, r): C a matrix of points (every entry exact) of m's shape, and for each row i an exact Fraction
+        r[i] >= ||x - C[i]||_2 for every point x of the row's enclosure (an upper bound of the l2 norm of the
+        row's entry radii); Rejected if an entry is not finite. (The rigorous forward pass re-centres its
+        activations on C and carries r as error.)"""
 
     @abstractmethod
     def _from_rows(self, rows, shape) -> IMat:

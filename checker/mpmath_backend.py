@@ -149,6 +149,26 @@ class MpmathBackend(Backend):
         return 2 * (total + self.interval(-tail, tail)) / iv.sqrt(iv.pi)
 
     # --- matrices ----------------------------------------------------------------------------------
+    def centres(self, m):
+        """Per entry [a, b]: the point c = (a + b)/2, rounded to nearest at `prec` bits (halving is exact), and
+        r = max(b - c, c - a) rounded up; per row the upper end of an enclosure of sqrt(sum_j r_j^2)."""
+        prec, make, points, radii = self.prec, self.iv.make_mpf, [], []
+        near, up, lt = libmp.round_nearest, libmp.round_ceiling, libmp.mpf_lt
+        for row in m.data.tolist():
+            out, total = [], self.iv.mpf(0)
+            for x in row:
+                a, b = x._mpi_
+                if a in SPECIAL or b in SPECIAL:
+                    raise Rejected("finite enclosure", "a matrix entry is not finite")
+                c = libmp.mpf_shift(libmp.mpf_add(a, b, prec, near), -1)
+                r1, r2 = libmp.mpf_sub(b, c, 32, up), libmp.mpf_sub(c, a, 32, up)
+                r = make((r2, r2)) if lt(r1, r2) else make((r1, r1))
+                total += r * r
+                out.append(make((c, c)))
+            points.append(out)
+            radii.append(self._endpoint(self.iv.sqrt(total), 1))
+        return self._from_rows(points, m.shape), radii
+
     def _from_rows(self, rows, shape):
         m = self.iv.matrix(shape[0], shape[1])
         make, from_float, ivmpf = self.iv.make_mpf, libmp.from_float, self.iv.mpf
