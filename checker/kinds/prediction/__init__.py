@@ -20,7 +20,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights, last_logits
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.prediction.precision import MAX_PREC, WORK_LIMIT, cost, next_precision
+from tcert.checker.kinds.prediction.precision import MAX_PREC, WORK_LIMIT, next_precision, pass_cost
 from tcert.checker.numbers import parse_int, parse_number, show
 
 
@@ -75,15 +75,15 @@ def gap_at(B, model, tokens: list, k: int, W) -> tuple:
 def certify_gap(B, model, tokens: list, k: int, margin: Fraction, W=None) -> Gap:
     """The min gap certified at B's precision, and at higher precisions (precision.py) while it is below
     `margin` and the claim is neither refuted nor out of budget."""
-    W, start, spent = W or Weights(B, model), B.prec, cost(B.prec)
+    W, start, spent = W or Weights(B, model), B.prec, pass_cost(B.prec)
     while True:
         lower, j, upper, bounds = gap_at(B, model, tokens, k, W)
         nxt = next_precision(B.prec, bounds, margin)
         stop = ("" if lower >= margin else "refuted" if upper < margin else "cap" if nxt > max(MAX_PREC, start)
-                else "work" if spent + cost(nxt) > WORK_LIMIT * cost(start) else None)
+                else "work" if spent + pass_cost(nxt) > WORK_LIMIT * pass_cost(start) else None)
         if stop is not None:
             return Gap(lower, j, upper, B.prec, stop)
-        spent += cost(nxt)
+        spent += pass_cost(nxt)
         B = make_backend(B.name, nxt)
         W = Weights(B, model, W.norms)
 

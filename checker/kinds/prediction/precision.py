@@ -11,7 +11,7 @@ up). The raise stops, and the claim is REJECTED, when
 * the claim is refuted: an upper bound of some gap is below m, so no precision can help;
 * the next precision would pass MAX_PREC bits ("higher precision might still help");
 * the work of all passes so far plus the next would pass WORK_LIMIT times the first pass's work, with
-  a pass at prec bits costing `cost(prec)` times one at 64 bits ("higher precision might still help").
+  a pass at prec bits costing `pass_cost(prec)` times one at 64 bits ("higher precision might still help").
 
 This is a simple documented cap, not a resource model: prec <= 1024 and at most 24 first-pass
 equivalents of work. A prediction is only evaluated, never trusted: every rung recomputes the whole
@@ -26,7 +26,7 @@ SAFETY_BITS = 16      # added to the predicted precision
 STEP = 32             # precisions are multiples of this many bits
 
 
-def cost(prec: int) -> Fraction:
+def pass_cost(prec: int) -> Fraction:
     """The work of a forward pass at `prec` bits relative to one at 64 bits: Arb and mpmath multiply
     mantissas limb by limb, and the stored weights stay 24-53 bits, so the cost grows about linearly."""
     return Fraction(max(prec, 64), 64)
