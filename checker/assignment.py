@@ -11,13 +11,16 @@ from fractions import Fraction
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import Rejected
-from tcert.checker.numbers import parse_vector, show
+from tcert.checker.numbers import on_grid, parse_vector, show
 
 
-def parse_duals(entry, where: str, n: int) -> tuple:
-    """{"u": [n exact numbers], "v": [n exact numbers]} -> (u, v) as Fractions (BadInput on any other shape)."""
+def parse_duals(entry, where: str, n: int, sense: str) -> tuple:
+    """{"u": [n exact numbers], "v": [n exact numbers]} -> (u, v) as Fractions (BadInput on any other shape),
+    each rounded outward to the grid of `on_grid` in the loosening direction of `sense` (down for "min", up
+    for "max"): duals feasible as written stay feasible, and their sum stays small however many there are."""
     fields(entry, where, {"u", "v"})
-    return tuple(parse_vector(entry[vec], f"{where}.{vec}", n, "the free length") for vec in ("u", "v"))
+    return tuple([on_grid(x, sense == "max") for x in parse_vector(entry[vec], f"{where}.{vec}", n, "the free length")]
+                 for vec in ("u", "v"))
 
 
 def assignment_bound(u: list, v: list, costs: list, sense: str, label: str = "") -> Fraction:

@@ -14,6 +14,7 @@ decides nothing lives beside the trusted base in tcert.audit: the progress line 
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import show
 from tcert.checker.obligations import Obligations
+from tcert.checker.resources import DEFAULT_MEMORY, DEFAULT_WORK, Limits
 from tcert.checker.verify import verify
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -73,6 +75,10 @@ def parser() -> Parser:
                    help="stop a check that runs longer: ERROR, exit 2 (default: no limit)")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr (default: progress while a "
                                                         f"check runs past {PROGRESS_AFTER:g} s, on a terminal only)")
+    p.add_argument("--max-work", type=float, default=DEFAULT_WORK, metavar="OPERATIONS",
+                   help="refuse a check estimated to need more interval operations (default %(default).0e)")
+    p.add_argument("--max-memory", type=float, default=DEFAULT_MEMORY / (1 << 30), metavar="GIB",
+                   help="refuse a check estimated to need more memory, in GiB (default %(default)g)")
     p.add_argument("--version", action="store_true", help="print the tool and library versions and exit")
     return p
 
@@ -112,6 +118,9 @@ def check_usage(args) -> None:
         raise UsageError(f"--retry-prec {show(args.retry_prec)} is not 0 or between {MIN_PREC} and {MAX_PREC} bits")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
+    if not (0 < args.max_work < math.inf and 0 < args.max_memory < math.inf):
+        raise UsageError(f"--max-work {show(args.max_work)} and --max-memory {show(args.max_memory)} must be "
+                         "positive and finite")
     if args.report:
         if not args.report.lower().endswith((".html", ".htm", ".md")):
             raise UsageError(f"--report {args.report[:60]!r}: the file name must end in .html or .md")
@@ -163,10 +172,11 @@ def outcome(args, record: dict, deadline, prec: int, ob: Obligations) -> tuple:
     """(exit code, verdict line, JSON fields) of one check at `prec`. Every outcome is one of the four exit
     codes; nothing escapes as a traceback. `record` receives the model and certificate for the report."""
     try:
+        limits = Limits(args.max_work, args.max_memory * (1 << 30))
         data = envelope.read_certificate_bytes(args.certificate)
-        record["certificate"] = envelope.parse_certificate_bytes(data)
+        record["certificate"] = envelope.parse_certificate_bytes(data, int(limits.memory) // 8)
         model = record["model"] = load_model(args.model)
-        ob = verify(data, model, backend(args.backend, prec), obligations=ob)
+        ob = verify(data, model, backend(args.backend, prec), obligations=ob, limits=limits)
         return EXIT_VERIFIED, f"VERIFIED: {ob.kind}: {ob.summary}", {
             "verdict": "VERIFIED", "kind": ob.kind, "model_sha256": model.sha256, "statement": ob.statement,
             "summary": ob.summary, "obligations": obligations_json(ob)}

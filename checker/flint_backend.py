@@ -15,7 +15,7 @@ import flint
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_rounding import interval_from_arb, to_arb_mat
-from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat
+from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
 # so it starts at the checker's default (as if a default backend were in force).
@@ -49,10 +49,8 @@ class FlintBackend(Backend):
     def _endpoint(self, x, which):
         if not x.is_finite():
             raise Rejected("finite enclosure", f"a ball is not finite: {x}")
-        end = x.lower() if which == 0 else x.upper()
-        man, exp = end.man_exp()
-        man, exp = int(man), int(exp)
-        return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
+        man, exp = (x.lower() if which == 0 else x.upper()).man_exp()
+        return bounded_end(int(man), int(exp), which, self.prec)
 
     def exp(self, x):
         return x.exp()
@@ -86,6 +84,16 @@ class FlintBackend(Backend):
         return flint.arb.pi()
 
     # --- matrices ----------------------------------------------------------------------------------
+    def centres(self, m):
+        """Arb's own midpoints (exact) and, per row, the upper end of an enclosure of sqrt(sum_j rad_j^2)."""
+        radii = []
+        for row in m.data.tolist():
+            if not all(x.is_finite() for x in row):
+                raise Rejected("finite enclosure", "a matrix entry is not finite")
+            rad = flint.arb_mat(1, len(row), [x.rad() for x in row])
+            radii.append(self._endpoint((rad * rad.transpose())[0, 0].sqrt(), 1) if row else Fraction(0))
+        return IMat(self, m.data.mid(), m.shape), radii
+
     def _from_rows(self, rows, shape):
         return IMat(self, flint.arb_mat(shape[0], shape[1], [v for row in rows for v in row])
                     if shape[0] and shape[1] else flint.arb_mat(shape[0], shape[1]), shape)

@@ -1,53 +1,114 @@
-"""The model's forward pass in interval arithmetic: enclosures of the exact real-number logits.
+"""The model's forward pass, rigorously: enclosures of the exact real-number logits.
 
 Semantics (docs/model-format.md): pre-LN blocks, LayerNorm or RMSNorm with exact eps, multi-head attention
 (optionally grouped-query) with optional rotary embeddings (optionally linearly scaled) and causal mask,
-ReLU/GELU/SiLU MLP (optionally gated), optional parallel residual, shared LN and final LN. Every function takes a `Backend` and returns enclosures; no float arithmetic decides
-anything. Rows that later layers do not need are not computed (only the last query row of the last
-block matters for next-token logits).
+ReLU/GELU/SiLU MLP (optionally gated), optional parallel residual, shared LN and final LN. This module
+holds the architecture -- which step follows which (`block`, `attention_output`, `mlp_output`,
+`final_state`, `last_logits`); `tcert.checker.error_balls` holds the steps and their error bounds: every
+activation row travels as an exact centre plus an l2 error radius (docs/soundness.md, "The forward
+pass's error model"). Rows that later layers do not need are not computed (only the last query row of
+the last block matters for next-token logits).
+
+Also here, for the overwhelm and accuracy kinds: per-coordinate interval versions of LayerNorm, the MLP
+and rotary embeddings (`layer_norm`, `mlp`, `rotate`, ...), which they apply to their own enclosures.
 """
 
 from fractions import Fraction
 
 import numpy as np
 
+from tcert.checker import operator_norms
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_rows, gated, head_output, heads_output, linear,
+                                       linear_heads, nonlinear, normalise, rotate_rows, softmax, take)
 from tcert.checker.interval import Backend, IMat
 from tcert.checker.modelfile import kv_names
+
+__all__ = ["Weights", "last_logits", "final_residual", "final_state", "softmax", "attn_divisor", "layer_norm",
+           "layer_norm_row", "mlp", "rotary_angles", "rotary_pairs", "rotate", "activation", "act_lipschitz"]
 
 GELU_NEW_CUBIC = Fraction(44715, 1000000)
 
 
 class Weights:
-    """Exact interval copies of a model's tensors, converted once per check."""
+    """Exact interval copies of a model's tensors, converted once per check, and rigorous norms of them.
 
-    def __init__(self, backend: Backend, model):
+    `norms` (exact Fractions, independent of the backend and its precision) may be shared between the
+    Weights of several backends on one model, e.g. when the prediction kind raises its precision."""
+
+    def __init__(self, backend: Backend, model, norms: dict | None = None):
         self.B, self.model, self.cache = backend, model, {}
+        self.norms = {} if norms is None else norms
+
+    def _cached(self, key, make):
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+    def release(self, prefix: str) -> None:
+        """Drop the cached interval copies of the tensors named `prefix`... (their norms stay): a deep
+        model's pass needs one block's weights at a time, and Arb copies of all of them at once would take
+        ~48 bytes per weight (4 GB at 12 layers of GPT-2-small width)."""
+        for key in [k for k in self.cache if k[0].startswith(prefix)]:
+            del self.cache[key]
 
     def mat(self, name: str, head: int | None = None) -> IMat:
         """Tensor `name` (or its slice for `head`) as an interval matrix; vectors become rows."""
-        key = (name, head)
-        if key not in self.cache:
-            t = self.model.tensors[name]
-            self.cache[key] = self.B.array(t if head is None else t[head])
-        return self.cache[key]
+        t = self.model.tensors[name]
+        return self._cached((name, head), lambda: self.B.array(t if head is None else t[head]))
 
     def heads_concat(self, name: str) -> IMat:
         """W_Q/W_K/W_V of all heads side by side: (d_model, n_heads * d_head)."""
-        key = (name, "concat")
-        if key not in self.cache:
-            t = self.model.tensors[name]
-            self.cache[key] = self.B.array(np.concatenate(list(t), axis=1))
-        return self.cache[key]
+        t = self.model.tensors[name]
+        return self._cached((name, "concat"), lambda: self.B.array(np.concatenate(list(t), axis=1)))
+
+    def heads_stacked(self, name: str) -> IMat:
+        """W_O of all heads stacked: (n_heads * d_head, d_model)."""
+        t = self.model.tensors[name]
+        return self._cached((name, "stacked"), lambda: self.B.array(np.concatenate(list(t), axis=0)))
 
     def vec(self, name: str, head: int | None = None) -> list:
         """A bias or LN vector as a list of interval scalars."""
         return self.mat(name, head).rows()[0]
+
+    def bias(self, name: str):
+        """A bias (per-head biases side by side) as a list of interval scalars, or None when it is all zero."""
+        t = np.asarray(self.model.tensors[name]).reshape(-1)
+        return self._cached((name, "bias"), lambda: self.B.array(t).rows()[0] if np.any(t != 0) else None)
+
+    def norm(self, name: str, head: int | None = None) -> Fraction:
+        """An exact rational >= the spectral norm of a weight matrix: tensor `name`, its slice for `head`,
+        or for per-head tensors the heads stacked (W_O) or side by side (W_Q, W_K, W_V)."""
+        key = ("norm", name, head)
+        if key not in self.norms:
+            t = np.asarray(self.model.tensors[name])
+            if head is not None:
+                t = t[head]
+            elif t.ndim == 3:
+                t = np.concatenate(list(t), axis=0 if name.endswith("W_O") else 1)
+            self.norms[key] = operator_norms.operator_norm(t)
+        return self.norms[key]
+
+    def col_norms(self, name: str) -> list:
+        """Exact rationals >= the l2 norm of each column of matrix `name`."""
+        key = ("columns", name)
+        if key not in self.norms:
+            self.norms[key] = operator_norms.column_norms(self.model.tensors[name])
+        return self.norms[key]
+
+    def max_abs(self, name: str) -> Fraction:
+        """max |entry| of tensor `name`, exactly."""
+        key = ("max_abs", name)
+        if key not in self.norms:
+            self.norms[key] = operator_norms.max_abs(self.model.tensors[name])
+        return self.norms[key]
 
 
 def attn_divisor(B: Backend, cfg):
     """The number attention scores are divided by: config attn_scale, default sqrt(d_head)."""
     return B.num(cfg.attn_scale) if cfg.attn_scale is not None else B.sqrt(B.num(cfg.d_head))
 
+
+# --- per-coordinate interval steps (the overwhelm and accuracy kinds use these) --------------------------
 
 def layer_norm_row(B: Backend, row: list, w: list | None, b: list | None, eps: Fraction) -> list:
     """LayerNorm of one vector: (x - mean) / sqrt(var + eps) * w + b, var the biased variance."""
@@ -117,62 +178,10 @@ def rotate(row: list, cos_sin, pairs) -> list:
     return out
 
 
-def softmax(B: Backend, scores: list) -> list:
-    """Enclosures of softmax(scores); shifting by a constant does not change the exact value."""
-    shift = B.num(max(B.upper(s) for s in scores))
-    e = [B.exp(s - shift) for s in scores]
-    total = B.fsum(e)
-    return [x / total for x in e]
-
-
 def kv_head(cfg, h: int) -> int:
     """The key/value head query head h reads: h itself, or h // (n_heads / n_key_value_heads) with grouped-query
     attention (TransformerLens and Hugging Face repeat each key/value head for consecutive query heads)."""
     return h if cfg.n_key_value_heads is None else h // (cfg.n_heads // cfg.n_key_value_heads)
-
-
-def keys_values(B: Backend, W: Weights, cfg, layer: int, X: IMat, angles) -> list:
-    """Per key/value head g: (its keys, rotated to their positions, and its values) for every row of X."""
-    p, kv, dh = f"blocks.{layer}.attn.", kv_names(cfg), cfg.d_head
-    K, V = (X @ W.heads_concat(p + kv["W_K"])).rows(), (X @ W.heads_concat(p + kv["W_V"])).rows()
-    pairs, out = rotary_pairs(cfg), []
-    for g in range(cfg.n_key_value_heads or cfg.n_heads):
-        sl, bk, bv = slice(g * dh, (g + 1) * dh), W.vec(p + kv["b_K"], g), W.vec(p + kv["b_V"], g)
-        keys = [[a + c for a, c in zip(row[sl], bk)] for row in K]
-        if pairs:
-            keys = [rotate(k, angles[r], pairs) for r, k in enumerate(keys)]
-        out.append((B.matrix(keys), B.matrix([[a + c for a, c in zip(row[sl], bv)] for row in V])))
-    return out
-
-
-def attention(B: Backend, W: Weights, cfg, layer: int, X: IMat, queries: list, angles) -> IMat:
-    """Attention output (rows = `queries`) of block `layer` given its normalised input X (n, d_model)."""
-    p = f"blocks.{layer}.attn."
-    n, dh = X.shape[0], cfg.d_head
-    x_rows = X.rows()
-    Xq = X if len(queries) == n else B.matrix([x_rows[q] for q in queries])
-    Q = (Xq @ W.heads_concat(p + "W_Q")).rows()
-    kvs = keys_values(B, W, cfg, layer, X, angles)
-    div = attn_divisor(B, cfg)
-    pairs = rotary_pairs(cfg) if cfg.rotary else None
-    zero = B.num(0)
-    out = None
-    for h in range(cfg.n_heads):
-        sl = slice(h * dh, (h + 1) * dh)
-        bq = W.vec(p + "b_Q", h)
-        keys, vals = kvs[kv_head(cfg, h)]
-        qs = [[a + c for a, c in zip(Q[i][sl], bq)] for i in range(len(queries))]
-        if pairs:
-            qs = [rotate(qs[i], angles[q], pairs) for i, q in enumerate(queries)]
-        scores = (B.matrix(qs) @ keys.T).rows()
-        pattern = []
-        for i, q in enumerate(queries):
-            visible = q + 1 if cfg.attention_dir == "causal" else n
-            row = softmax(B, [s / div for s in scores[i][:visible]])
-            pattern.append(row + [zero] * (n - visible))
-        head_out = (B.matrix(pattern) @ vals) @ W.mat(p + "W_O", h)
-        out = head_out if out is None else out + head_out
-    return out + B.matrix([W.vec(p + "b_O")] * len(queries))
 
 
 def activation(B: Backend, cfg):
@@ -189,8 +198,24 @@ def activation(B: Backend, cfg):
     return lambda x: x * (1 + B.tanh(c * (x + k * x * x * x))) / 2
 
 
+def act_lipschitz(B: Backend, act_fn: str) -> Fraction:
+    """A Lipschitz constant of the MLP nonlinearity (proofs in docs/influence.md, 'MLP'): relu 1; gelu
+    max|gelu'| = gelu'(sqrt 2) = (1 + erf 1)/2 + e^(-1)/sqrt(pi) ~ 1.1289; gelu_new < 3/2; silu 5/4.
+
+    silu. With s = sigmoid(x), silu'(x) = s + x s (1 - s), and x s (1 - s) = u / (2 cosh^2 u) for
+    u = x/2; cosh^2 u = 1 + sinh^2 u >= 1 + u^2 >= 2|u|, so |x s (1 - s)| <= 1/4 and, as 0 < s < 1,
+    silu' lies in (-1/4, 5/4) (its true maximum is ~1.0998)."""
+    if act_fn == "relu":
+        return Fraction(1)
+    if act_fn == "gelu":
+        return B.upper((1 + B.erf(B.num(1))) / 2 + B.exp(B.num(-1)) / B.sqrt(B.pi()))
+    if act_fn == "silu":
+        return Fraction(5, 4)
+    return Fraction(3, 2)
+
+
 def mlp(B: Backend, W: Weights, cfg, layer: int, X: IMat) -> IMat:
-    """MLP output of block `layer` on its normalised input X."""
+    """MLP output of block `layer` on its normalised input X, entrywise intervals."""
     p = f"blocks.{layer}.mlp."
     n = X.shape[0]
     if cfg.gated_mlp:
@@ -218,49 +243,108 @@ def ln_names(cfg, layer: int):
     return ln1, (ln1 if cfg.shared_ln else f"blocks.{layer}.ln2")
 
 
-def embed(B: Backend, W: Weights, cfg, tokens: list) -> IMat:
+# --- the rigorous forward pass on error balls ------------------------------------------------------------
+
+def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows:
+    """Rows through the normalization `prefix` (LayerNorm, or RMSNorm when the model says so; identity when
+    None)."""
+    if prefix is None:
+        return X
+    w, w_max = W.vec(prefix + ".w"), W.max_abs(prefix + ".w")
+    if cfg.has_rms:
+        return normalise(B, X, w, None, cfg.eps, w_max, centred=False)
+    return normalise(B, X, w, W.vec(prefix + ".b"), cfg.eps, w_max)
+
+
+def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: list, angles) -> Rows:
+    """Attention output (rows = `queries`) of block `layer` given its normalised input rows A; with
+    grouped-query attention query head h reads key/value head kv_head(cfg, h)."""
+    p, heads, kv = f"blocks.{layer}.attn.", range(cfg.n_heads), kv_names(cfg)
+    kv_heads = range(cfg.n_key_value_heads or cfg.n_heads)
+
+    def project(X, m, b, hs):
+        return linear_heads(B, X, W.heads_concat(p + m), [W.norm(p + m, h) for h in hs], W.bias(p + b))
+
+    qs = project(take(B, A, queries), "W_Q", "b_Q", heads)
+    ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
+    if cfg.rotary:
+        pairs = rotary_pairs(cfg)
+        qs = [rotate_rows(B, x, lambda i, row: rotate(row, angles[queries[i]], pairs)) for x in qs]
+        ks = [rotate_rows(B, x, lambda i, row: rotate(row, angles[i], pairs)) for x in ks]
+    n, div = A.centre.shape[0], attn_divisor(B, cfg)
+    visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
+    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
+    return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
+                        W.bias(p + "b_O"))
+
+
+def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
+    """MLP output of block `layer` on its normalised input rows X (gated: act(x W_gate) * (x W_in) + b_in)."""
+    p = f"blocks.{layer}.mlp."
+    key = ("act_lipschitz", cfg.act_fn)
+    if key not in W.norms:
+        W.norms[key] = act_lipschitz(B, cfg.act_fn)
+    if cfg.gated_mlp:
+        gate = linear(B, X, W.mat(p + "W_gate"), W.norm(p + "W_gate"))
+        lin = linear(B, X, W.mat(p + "W_in"), W.norm(p + "W_in"))
+        post = gated(B, gate, lin, activation(B, cfg), W.norms[key], W.bias(p + "b_in"))
+    else:
+        pre = linear(B, X, W.mat(p + "W_in"), W.norm(p + "W_in"), W.bias(p + "b_in"))
+        post = nonlinear(B, pre, activation(B, cfg), W.norms[key])
+    return linear(B, post, W.mat(p + "W_out"), W.norm(p + "W_out"), W.bias(p + "b_out"))
+
+
+def block(B: Backend, W: Weights, cfg, layer: int, X: Rows, queries: list, angles) -> Rows:
+    """The residual stream after block `layer` at rows `queries`, from the rows X before it."""
+    ln1, ln2 = ln_names(cfg, layer)
+    a_in = normalised(B, W, cfg, X, ln1)
+    resid = take(B, X, queries)
+    attn = attention_output(B, W, cfg, layer, a_in, queries, angles)
+    if cfg.attn_only:
+        return add(B, resid, attn)
+    if cfg.parallel_attn_mlp:
+        m_in = take(B, a_in, queries) if ln2 == ln1 else normalised(B, W, cfg, resid, ln2)
+        return add(B, resid, attn, mlp_output(B, W, cfg, layer, m_in))
+    mid = add(B, resid, attn)
+    return add(B, mid, mlp_output(B, W, cfg, layer, normalised(B, W, cfg, mid, ln2)))
+
+
+def embed(B: Backend, W: Weights, cfg, tokens: list) -> Rows:
     """The residual stream after embedding: W_E[x_p] (+ W_pos[p] for learned positions)."""
-    E = W.model.tensors["embed.W_E"][tokens]
-    X = B.array(E)
+    X = B.array(W.model.tensors["embed.W_E"][tokens])
     if cfg.positional_embedding_type == "standard":
         X = X + B.array(W.model.tensors["pos_embed.W_pos"][: len(tokens)])
-    return X
+    return exact_rows(B, X)
 
 
-def final_residual(B: Backend, model, tokens: list, W: Weights | None = None) -> list:
-    """Enclosure of the last position's residual stream after all blocks (before ln_final)."""
+def final_state(B: Backend, model, tokens: list, W: Weights | None = None) -> Rows:
+    """The last position's residual stream after all blocks (before ln_final), as one error ball."""
     cfg = model.config
     W = W or Weights(B, model)
     n = len(tokens)
     X = embed(B, W, cfg, tokens)
     angles = rotary_angles(B, cfg, range(n)) if cfg.rotary else None
-    rows = list(range(n))
     for layer in range(cfg.n_layers):
-        last = layer == cfg.n_layers - 1
-        queries = [n - 1] if last else rows
-        ln1, ln2 = ln_names(cfg, layer)
-        a_in = layer_norm(B, X, W, ln1, cfg.eps)
-        resid = B.matrix([X.rows()[-1]]) if last else X
-        attn_out = attention(B, W, cfg, layer, a_in, queries, angles)
-        if cfg.attn_only:
-            X = resid + attn_out
-            continue
-        if cfg.parallel_attn_mlp:
-            m_in = a_in if ln2 == ln1 else layer_norm(B, X, W, ln2, cfg.eps)
-            m_in = B.matrix([m_in.rows()[-1]]) if last else m_in
-            X = resid + attn_out + mlp(B, W, cfg, layer, m_in)
-        else:
-            mid = resid + attn_out
-            X = mid + mlp(B, W, cfg, layer, layer_norm(B, mid, W, ln2, cfg.eps))
-    return X.rows()[-1]
+        X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles)
+        if cfg.n_layers > 1:      # one block's weights at a time (a one-layer model's are reused by its kind)
+            W.release(f"blocks.{layer}.")
+    return X
+
+
+def final_residual(B: Backend, model, tokens: list, W: Weights | None = None) -> list:
+    """Entrywise enclosures of the last position's residual stream after all blocks (before ln_final)."""
+    return enclosures(B, final_state(B, model, tokens, W))[0]
 
 
 def last_logits(B: Backend, model, tokens: list, W: Weights | None = None) -> list:
-    """Enclosures of the next-token logits at the last position of `tokens`."""
+    """Enclosures of the next-token logits at the last position of `tokens`: logit j is within
+    ||x - c||_2 ||W_U[:, j]||_2 of its value at the centre c of the final (normalised) state x."""
     cfg = model.config
     W = W or Weights(B, model)
-    x = final_residual(B, model, tokens, W)
+    x = final_state(B, model, tokens, W)
     if cfg.final_ln:
-        x = norm_row(B, W, x, "ln_final", cfg.eps)
-    logits = B.matrix([x]) @ W.mat("unembed.W_U")
-    return [a + b for a, b in zip(logits.rows()[0], W.vec("unembed.b_U"))]
+        x = normalised(B, W, cfg, x, "ln_final")
+    logits = (x.centre @ W.mat("unembed.W_U")).rows()[0]
+    e = x.eps[0]
+    bias = W.bias("unembed.b_U") or [0] * len(logits)
+    return [y + b + B.interval(-e * c, e * c) for y, b, c in zip(logits, bias, W.col_norms("unembed.W_U"))]

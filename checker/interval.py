@@ -40,14 +40,21 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import exact_backend
+from tcert.checker.errors import Rejected
 
 DEFAULT_PREC = 64
 BACKENDS = ("flint", "mpmath")
+# Every exact rational leaving the interval world (`lower` / `upper` / `abs_upper`) is 0 or a dyadic
+# m 2^e with |m| < 2^prec and 2^-MAX_EXP <= |m 2^e| < 2^MAX_EXP, so it costs at most MAX_EXP + prec bits
+# (docs/soundness.md, "Exact numbers are bounded"): a smaller magnitude is rounded outward (to 0 or
+# +-2^-MAX_EXP), a larger one fails closed (Rejected), whatever the enclosure's own exponent is
+# (exp(-5e7) is an Arb ball with a 27-bit exponent, but would be a Fraction of 7e7 bits).
+MAX_EXP = 1 << 14
 
 # The declared interface: the public primitives and the IMat operations' backend hooks. FlintBackend
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
-              "tanh", "pi", "fsum", "array", "matrix", "dot")
+              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
 # The exact layer runs only on a backend made with exact=True ("flint+exact"). Above this precision
@@ -170,7 +177,8 @@ class Backend(ABC):
 
     @abstractmethod
     def _endpoint(self, x, which: int) -> Fraction:
-        """The exact lower (which = 0) or upper (1) end of `x`, rounded outward; Rejected if not finite."""
+        """The lower (which = 0) or upper (1) end of `x` as a bounded Fraction (`bounded_end`); Rejected if
+        not finite."""
 
     # --- elementary functions: each returns an enclosure of f over every point of its argument --------
     @abstractmethod
@@ -236,6 +244,13 @@ class Backend(ABC):
         return self._from_rows(rows, shape)
 
     @abstractmethod
+    def centres(self, m: IMat) -> tuple:
+        """(C, r): C a matrix of points (every entry exact) of m's shape, and for each row i an exact Fraction
+        r[i] >= ||x - C[i]||_2 for every point x of the row's enclosure (an upper bound of the l2 norm of the
+        row's entry radii); Rejected if an entry is not finite. (The rigorous forward pass re-centres its
+        activations on C and carries r as error.)"""
+
+    @abstractmethod
     def _from_rows(self, rows, shape) -> IMat:
         """The IMat of `shape` whose entries are `rows` (interval scalars, ints or exactly held floats)."""
 
@@ -289,6 +304,24 @@ class Backend(ABC):
         cols, size = m.T.rows(), m.shape[0] // groups
         return [([min(self.lower(x) for x in c[g * size:(g + 1) * size]) for c in cols],
                  [max(self.upper(x) for x in c[g * size:(g + 1) * size]) for c in cols]) for g in range(groups)]
+
+
+def bounded_end(man: int, exp: int, which: int, prec: int) -> Fraction:
+    """The endpoint man * 2^exp (exact ints) as a Fraction of bounded size, rounded outward (down for the
+    lower end, which = 0; up for the upper end, which = 1): its mantissa cut to `prec` bits, a magnitude
+    below 2^-MAX_EXP replaced by 0 or +-2^-MAX_EXP, one of 2^MAX_EXP or more Rejected (fail closed)."""
+    if man == 0:
+        return Fraction(0)
+    cut = abs(man).bit_length() - prec
+    if cut > 0:   # floor (lower end) or ceiling (upper end) of man / 2^cut
+        man, exp = (man >> cut if which == 0 else -((-man) >> cut)), exp + cut
+    top = exp + abs(man).bit_length()     # 2^(top - 1) <= |value| <= 2^top
+    if top > MAX_EXP:
+        raise Rejected("finite enclosure", f"an interval endpoint of magnitude about 2^{top} is beyond the "
+                                           f"bound 2^{MAX_EXP} on exact numbers")
+    if top <= -MAX_EXP:   # |value| < 2^-MAX_EXP: the outward neighbour on the grid 0, +-2^-MAX_EXP
+        return Fraction(0) if (man > 0) == (which == 0) else Fraction(1 if man > 0 else -1, 1 << MAX_EXP)
+    return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
 
 
 def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:

@@ -15,9 +15,10 @@ from mpmath.ctx_iv import MPIntervalContext
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_rounding import interval_from_mpf, to_mpf_rows
-from tcert.checker.interval import DEFAULT_PREC, Backend, IMat
+from tcert.checker.interval import DEFAULT_PREC, Backend, IMat, bounded_end
 
 SPECIAL = (libmp.fnan, libmp.finf, libmp.fninf)
+MAX_SHIFT = 1 << 16   # bits of an exact integer in the point products; wider spreads use mpmath's own product
 
 
 class MpmathBackend(Backend):
@@ -32,8 +33,21 @@ class MpmathBackend(Backend):
 
     # --- scalars ---------------------------------------------------------------------------------
     def _exact(self, x):
-        return self.iv.mpf(x) if not isinstance(x, int) or abs(x).bit_length() <= self.prec else \
-            self.iv.mpf(str(x))
+        if isinstance(x, int):   # rounded outward at prec bits by integer operations (no decimal text)
+            return self._ratio(x, 1)
+        return self.iv.mpf(x)
+
+    def num(self, x):
+        if isinstance(x, Fraction):
+            return self._ratio(x.numerator, x.denominator)
+        return super().num(x)
+
+    def _ratio(self, p: int, q: int):
+        """The enclosure of p/q (q > 0): one division of exact integers rounded down and one up (a point
+        when p/q is a dyadic of at most prec bits)."""
+        a, b = libmp.from_int(p), libmp.from_int(q)
+        return self.iv.make_mpf((libmp.mpf_div(a, b, self.prec, libmp.round_floor),
+                                 libmp.mpf_div(a, b, self.prec, libmp.round_ceiling)))
 
     def interval(self, lo: Fraction, hi: Fraction):
         return self.iv.mpf([self.num(lo).a, self.num(hi).b])
@@ -43,8 +57,7 @@ class MpmathBackend(Backend):
         if raw in SPECIAL:
             raise Rejected("finite enclosure", f"an interval endpoint is {libmp.to_str(raw, 5)}")
         sign, man, exp, _ = raw
-        value = Fraction(man) * (Fraction(2) ** exp)
-        return -value if sign else value
+        return bounded_end(-man if sign else man, exp, which, self.prec)
 
     def exp(self, x):
         return self.iv.exp(x)
@@ -96,11 +109,14 @@ class MpmathBackend(Backend):
         t^2 > 0.7 (prec + 20): 0 < erfc(t) <= exp(-t^2) / (t sqrt(pi)) (integrate e^(-s^2) <= (s/t) e^(-s^2)
         over s >= t). Otherwise the Taylor series (`_erf_series`).
         """
-        iv, t_exact = self.iv, abs(self._endpoint(p, 0))
-        if t_exact == 0:
+        iv = self.iv
+        if p == 0:
             return iv.mpf(0)
-        sign, t2_exact, old = (-1 if self._endpoint(p, 0) < 0 else 1), t_exact * t_exact, iv.prec
-        tail_form = t2_exact > Fraction(7, 10) * (self.prec + 20)
+        sign, old = (-1 if p < 0 else 1), iv.prec
+        # t > 64 takes the tail form (valid for every t > 0), else t2_exact >= t^2 (= t^2 unless t < 2^-MAX_EXP)
+        big = abs(p) > 64
+        t2_exact = None if big else self._endpoint(iv.mpf(abs(p)), 1) ** 2
+        tail_form = big or t2_exact > Fraction(7, 10) * (self.prec + 20)
         # Taylor: the largest term is ~ e^(t^2), so its cancellation costs ~1.44 t^2 bits
         wp = self.prec + 16 + (0 if tail_form else 3 * int(t2_exact) // 2)
         try:
@@ -133,6 +149,26 @@ class MpmathBackend(Backend):
         return 2 * (total + self.interval(-tail, tail)) / iv.sqrt(iv.pi)
 
     # --- matrices ----------------------------------------------------------------------------------
+    def centres(self, m):
+        """Per entry [a, b]: the point c = (a + b)/2, rounded to nearest at `prec` bits (halving is exact), and
+        r = max(b - c, c - a) rounded up; per row the upper end of an enclosure of sqrt(sum_j r_j^2)."""
+        prec, make, points, radii = self.prec, self.iv.make_mpf, [], []
+        near, up, lt = libmp.round_nearest, libmp.round_ceiling, libmp.mpf_lt
+        for row in m.data.tolist():
+            out, total = [], self.iv.mpf(0)
+            for x in row:
+                a, b = x._mpi_
+                if a in SPECIAL or b in SPECIAL:
+                    raise Rejected("finite enclosure", "a matrix entry is not finite")
+                c = libmp.mpf_shift(libmp.mpf_add(a, b, prec, near), -1)
+                r1, r2 = libmp.mpf_sub(b, c, 32, up), libmp.mpf_sub(c, a, 32, up)
+                r = make((r2, r2)) if lt(r1, r2) else make((r1, r1))
+                total += r * r
+                out.append(make((c, c)))
+            points.append(out)
+            radii.append(self._endpoint(self.iv.sqrt(total), 1))
+        return self._from_rows(points, m.shape), radii
+
     def _from_rows(self, rows, shape):
         m = self.iv.matrix(shape[0], shape[1])
         make, from_float, ivmpf = self.iv.make_mpf, libmp.from_float, self.iv.mpf
@@ -187,6 +223,8 @@ class MpmathBackend(Backend):
             return None
         a_exp = min((e[2] for e in a_ends if e[1]), default=0)
         w_exp = min((e[2] for e in w_pts if e[1]), default=0)
+        if _spread(a_ends, a_exp) > MAX_SHIFT or _spread(w_pts, w_exp) > MAX_SHIFT:   # e^(3e38) beside 1: mpmath's
+            return None                                                              # own product (no 2^1e38-bit int)
         a_lo = [[_scaled_int(p[0], a_exp) for p in row] for row in lo_hi]
         a_hi = [[_scaled_int(p[1], a_exp) for p in row] for row in lo_hi]
         w_cols = list(zip(*[[_scaled_int(x._mpi_[0], w_exp) for x in row] for row in w_rows]))
@@ -204,6 +242,11 @@ class MpmathBackend(Backend):
                                  libmp.from_man_exp(high, exp, prec, up))))
             out.append(row)
         return out
+
+
+def _spread(ends, base: int) -> int:
+    """The bits of the largest exact integer `_scaled_int(e, base)` gives over `ends`."""
+    return max((e[2] + e[3] - base for e in ends if e[1]), default=0)
 
 
 def _scaled_int(e, base: int) -> int:

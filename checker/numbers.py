@@ -14,6 +14,11 @@ from tcert.checker.errors import BadInput
 
 MAX_DIGITS = 400          # digits in an integer or in a ratio's numerator/denominator
 MAX_BINARY_EXPONENT = 4096  # |exponent| of a hex float
+# Hint numbers the checker adds up in quantity (assignment duals, per-head lambdas, a hint direction,
+# influence constants) are first rounded outward to multiples of 2^-GRID_BITS (`on_grid`), so that no sum
+# of them grows with their count: without it, k ratios with coprime 400-digit denominators add up to a
+# denominator of 1,330 k bits. Every double is on the grid, so the generator's hex floats stay exact.
+GRID_BITS = 1152
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _RATIO = re.compile(r"([+-]?[0-9]+)/([0-9]+)\Z")
@@ -65,6 +70,15 @@ def parse_vector(value, where: str, length: int, length_name: str) -> list:
     if not isinstance(value, list) or len(value) != length:
         raise BadInput(f"{where}: must be a list of {length_name} = {length} exact numbers")
     return [parse_number(x, f"{where}[{i}]") for i, x in enumerate(value)]
+
+
+def on_grid(q: Fraction, up: bool) -> Fraction:
+    """q rounded to a multiple of 2^-GRID_BITS: down, or up when `up` (q itself when it is one)."""
+    d = q.denominator
+    if d & (d - 1) == 0 and d.bit_length() <= GRID_BITS + 1:
+        return q
+    n = q.numerator << GRID_BITS
+    return Fraction(-((-n) // d) if up else n // d, 1 << GRID_BITS)
 
 
 def show(q) -> str:

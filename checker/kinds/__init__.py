@@ -21,3 +21,8 @@ def checker_for(kind: str):
     except ModuleNotFoundError:
         raise BadInput(f"certificate: kind {kind!r} is not supported by this checker build") from None
     return module.check
+
+
+def cost_for(kind: str):
+    """The `cost(cfg, claim, evidence) -> resources.Cost` estimate of (known) kind `kind`."""
+    return importlib.import_module(f"{__name__}.{kind}.cost").cost

@@ -54,6 +54,7 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     tight = (c.d_vocab * c.d_model <= TIGHT_AUTO_LIMIT) if hints == "auto" else hints == "tight"
     fm = shared.fm if shared is not None else FloatModel(model)
     tables = shared.float_tables(n_free) if shared is not None else float_tables(fm, prefix, query, allowed, n_free)
+    require_float_masses(tables)
     lp = LpHints(tables, allowed, multiset) if method == "lp" else None
     heads, duals = head_hints(c, tables, lp, None)
     w_float, per_head = float_deviation(fm, tables, [(hd["beta_min"], hd["beta_max"]) for hd in heads], value_bound)
@@ -82,6 +83,15 @@ def generate(model, prefix, query, free_spec, method="lp", value_bound="auto", h
     claim = fixed_length_claim(prefix, query, p["predicted"], n_free, multiset)
     info = {"verdict": report["verdict"], "deviation_float": w_float, "ptp_float": p["gap"]}
     return certificate.envelope("overwhelm", model, claim, evidence, info), report
+
+
+def require_float_masses(tables) -> None:
+    """BadInput unless every attention mass of the argument (alpha_fix, exp(score - l_q) of the free
+    tokens) is a finite double: naive/lp hints (LP duals, free masses) are stated in those units."""
+    rel = tables["S"] - tables["lq"][:, None, None]
+    if not (np.isfinite(tables["alpha_fix"]).all() and np.isfinite(rel).all() and rel.max() < 700):
+        raise BadInput("overwhelm: attention scores here differ from the query's own by more than float64's exp "
+                       "range (e^700), so naive/lp hints cannot be written; --method tight handles such sharp attention")
 
 
 def resolve_value_bound(cfg, n_allowed: int, value_bound: str) -> str:
@@ -196,7 +206,7 @@ def rigorous_parts(model, prefix, query, allowed, n_free, mode, multiset):
 def rigorous_hints(model, rig, duals, multiset, n_free, tokens, sample_claim):
     """(deviation, margin) hints from the checker's own certified deviation and logit gaps, the worse of
     both backends, rounded outward to doubles; writes the margin into sample_claim (nan if not > 0)."""
-    parsed = [{s: parse_duals(e[s], "lp_duals", n_free) for s in ("min", "max")} for e in duals] if duals else None
+    parsed = [{s: parse_duals(e[s], "lp_duals", n_free, s) for s in ("min", "max")} for e in duals] if duals else None
     k, dev, gaps_lo = sample_claim["predicted"], Fraction(0), None
     for B, W, parts in rig:
         dev = max(dev, certified_deviation(B, model, parts, parsed, multiset, Obligations(), "generator")[0])

@@ -62,8 +62,10 @@ class FloatModel:
         return out
 
 
-def float_fixed(fm: FloatModel, prefix, query, n_free):
-    """(q (heads, d_head), and per head lq, alpha_fix, u): the fixed side with the query at n_fix + n_free."""
+def float_fixed(fm: FloatModel, prefix, query, n_free, log_mass: bool = False):
+    """(q (heads, d_head), and per head lq, alpha_fix, u): the fixed side with the query at n_fix + n_free.
+    u is computed relative to the largest fixed score, so it stays finite when alpha_fix = sum exp(l - lq)
+    overflows (inf); log_mass=True returns log(alpha_fix) (always finite) in its place."""
     n_fix, q_pos = len(prefix), len(prefix) + n_free
     Xq = fm.ln([query])[0]
     q = np.einsum("d,hde->he", Xq, fm.WQ) + fm.bQ                      # (H, dh)
@@ -74,19 +76,31 @@ def float_fixed(fm: FloatModel, prefix, query, n_free):
     qrot_fix = fm.rotate(q, [q_pos - p for p in range(n_fix)] + [0]) / fm.div
     lfix = np.einsum("nhe,nhe->hn", qrot_fix, Kf)                    # (H, n_fix+1), last = query
     lq = lfix[:, -1]
-    w = np.exp(lfix - lq[:, None])
-    alpha_fix = w.sum(axis=1)
-    u = np.einsum("hn,nhe->he", w, Vf) / alpha_fix[:, None]
-    return q, lq, alpha_fix, u
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.exp(lfix - lq[:, None])
+        alpha_fix = w.sum(axis=1)
+        u = np.einsum("hn,nhe->he", w, Vf) / alpha_fix[:, None]
+    log_alpha = np.log(alpha_fix)
+    if not np.isfinite(u).all():   # a fixed score beyond lq + 709: the same relative to the largest one
+        top = lfix.max(axis=1)
+        w = np.exp(lfix - top[:, None])
+        mass = w.sum(axis=1)
+        u, log_alpha = np.einsum("hn,nhe->he", w, Vf) / mass[:, None], np.log(mass) + (top - lq)
+        with np.errstate(over="ignore"):
+            alpha_fix = np.exp(log_alpha)
+    return q, lq, (log_alpha if log_mass else alpha_fix), u
 
 
 def float_tables(fm: FloatModel, prefix, query, allowed, n_free):
-    """Per head: lq, alpha_fix, u (head space), values (allowed x d_head), free scores (allowed x n_free)."""
-    q, lq, alpha_fix, u = float_fixed(fm, prefix, query, n_free)
+    """Per head: lq, alpha_fix (inf where it overflows), log_alpha_fix, u (head space), values (allowed x
+    d_head), free scores (allowed x n_free)."""
+    q, lq, log_alpha, u = float_fixed(fm, prefix, query, n_free, log_mass=True)
+    with np.errstate(over="ignore"):
+        alpha_fix = np.exp(log_alpha)
     Xa = fm.ln(allowed)
     qrot_free = fm.rotate(q, [n_free - c for c in range(n_free)]) / fm.div   # (n_free, H, dh)
     wcols = np.einsum("hde,che->hdc", fm.WK, qrot_free)              # (H, d_model, n_free)
     consts = np.einsum("he,che->hc", fm.bK, qrot_free)
     S = np.einsum("nd,hdc->hnc", Xa, wcols) + consts[:, None, :]     # (H, allowed, n_free)
     values = np.einsum("nd,hde->hne", Xa, fm.WV) - u[:, None, :]
-    return dict(lq=lq, alpha_fix=alpha_fix, u=u, values=values, S=S)
+    return dict(lq=lq, alpha_fix=alpha_fix, log_alpha_fix=log_alpha, u=u, values=values, S=S)

@@ -47,9 +47,13 @@ def dinkelbach(b, c, fix, rows, iters=200):
     """The exact max over T of R(t) = sum_i b[t_i, i] c[t_i] / (fix + sum_i b[t_i, i]) (float64)."""
     cols = np.arange(b.shape[1])
     choice = inner_max(b * c[:, None], rows)[1]
+    if not fix + b[choice, cols].sum() > 0:   # sharp attention: this string's weights all underflow
+        choice = inner_max(b, rows)[1]
     lam = -np.inf
     for _ in range(iters):
         bb = b[choice, cols]
+        if not fix + bb.sum() > 0:   # R is a convex combination of c (and 0 for the fixed side)
+            return lam if lam > -np.inf else max(float(c.max()), 0.0)
         new = float((bb * c[choice]).sum() / (fix + bb.sum()))
         if new <= lam:
             break
@@ -118,7 +122,7 @@ def final_ln_hints(model, fm, tables, prefix, query, t0, k, D, heads, rows):
         """Certified per-head lambdas (and perm duals) for the residual direction y."""
         mags = [(np.abs(tables["values"][h] + tables["u"][h]) + np.abs(tables["u"][h])) @ np.abs(fm.WO[h]) @ np.abs(y)
                 for h in range(c.n_heads)]
-        return exact_lambdas(heads.b, [R @ y for R in heads.evo], mags, tables["alpha_fix"], rows)
+        return exact_lambdas(heads.b, [R @ y for R in heads.evo], mags, heads.alpha_fix, rows)
 
     cross = head_lambdas(centred(f))
     s_hi = float_sigma_hi(c, f, heads, cross[0])
@@ -222,18 +226,28 @@ class FloatHeads:
         c = fm.c
         self.b, self.evo, self.C, self.betas = [], [], [], []
         self.R0, self.R0vec = np.zeros(c.d_vocab), np.zeros(c.d_model)
-        self.alpha_fix = tables["alpha_fix"]
+        self.alpha_fix = []
         n_free = tables["S"].shape[2]
         for h in range(c.n_heads):
-            b = np.exp(tables["S"][h] - tables["lq"][h])                 # (allowed, n_free)
+            # R and the sign of each Dinkelbach inequality are unchanged when b and alpha_fix share a positive
+            # factor: past e^600 both are taken relative to the largest of them (finite; sharp attention)
+            rel = tables["S"][h] - tables["lq"][h]
+            shift = max(float(tables["log_alpha_fix"][h]), float(rel.max()))
+            shift = shift if shift > 600 else 0.0
+            b = np.exp(rel - shift)                                      # (allowed, n_free)
             evo = tables["values"][h] @ fm.WO[h]                         # (allowed, d_model)
-            fix = tables["alpha_fix"][h]
+            fix = float(tables["alpha_fix"][h]) if shift == 0 else float(np.exp(tables["log_alpha_fix"][h] - shift))
+            self.alpha_fix.append(fix)
             amin, amax = b.min(axis=0).sum(), b.max(axis=0).sum()
-            self.betas.append((amin / (fix + amin), amax / (fix + amax)))
-            b0 = b[idx0, np.arange(n_free)]
+            self.betas.append((amin / (fix + amin) if fix + amin > 0 else 0.0, amax / (fix + amax)))
+            b0, fix0 = b[idx0, np.arange(n_free)], fix
+            if shift:   # the sample's own weights relative to their largest (the shifted ones may all be 0)
+                logs = rel[idx0, np.arange(n_free)]
+                top = max(float(tables["log_alpha_fix"][h]), float(logs.max()))
+                b0, fix0 = np.exp(logs - top), float(np.exp(tables["log_alpha_fix"][h] - top))
             C = evo @ D                                                  # (allowed, d_vocab)
-            self.R0 += (b0[:, None] * C[idx0]).sum(axis=0) / (fix + b0.sum())
-            self.R0vec += (b0[:, None] * evo[idx0]).sum(axis=0) / (fix + b0.sum())
+            self.R0 += (b0[:, None] * C[idx0]).sum(axis=0) / (fix0 + b0.sum())
+            self.R0vec += (b0[:, None] * evo[idx0]).sum(axis=0) / (fix0 + b0.sum())
             self.b.append(b)
             self.evo.append(evo)
             self.C.append(C)

@@ -72,7 +72,8 @@ def parse_upto(spec: str) -> int:
 def generate_upto(model, prefix, query, n, method="lp", value_bound="auto", hints="auto", force=False):
     """Returns (cert or None, report). report["lengths"][L] is the per-length report (L >= 1) and
     report["failing"] lists the lengths that are not Overwhelmed (or predict a different token).
-    force=True (benchmarks) writes the certificate even so, with every length's forced evidence."""
+    force=True (benchmarks) writes the certificate even so, with every length's forced evidence, unless a
+    length predicts another token (its evidence would prove nothing about k: no certificate)."""
     c = model.config
     if len(prefix) + n + 1 > c.n_ctx:
         raise BadInput(f"need n_fix + N + 1 <= n_ctx = {c.n_ctx}")
@@ -93,7 +94,7 @@ def generate_upto(model, prefix, query, n, method="lp", value_bound="auto", hint
         reports.append(rep)
         if cert is None or cert["claim"]["predicted"] != k or rep["verdict"] != "Overwhelmed":
             failing.append(L)
-        if cert is not None:
+        if cert is not None and cert["claim"]["predicted"] == k:   # never another token's evidence, even forced
             evidences.append(cert["evidence"])
     report = {"verdict": "Overwhelmed" if not failing else "Inconclusive", "predicted": k, "failing": failing,
               "lengths": reports, "n_fix": len(prefix), "upto": n, "method": method}

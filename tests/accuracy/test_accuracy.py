@@ -521,3 +521,19 @@ def test_table_beyond_range_is_rejected_not_bad_input(tmp_path, backend):
     assert e.value.obligation == "accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"
     assert "in [" in e.value.detail
     assert check_main([cert, "--model", model_path, "--backend", backend]) == 1
+
+
+@pytest.mark.parametrize("sharp,seed", [(5000, 0), (20000, 2)])
+def test_brute_claims_what_the_checker_certifies_on_sharp_models(tmp_path, sharp, seed):
+    """Scores in the thousands underflow the float test's softmax weights (it claimed 54 where the checker
+    certifies 64): the brute-force claim is the checker's certified count, VERIFIED, and true input by
+    input (exhaustive oracle at 120 bits)."""
+    from tcert.testing.accuracy import input_verdicts, maxofk_model
+    path = str(tmp_path / "sharp.safetensors")
+    save_model(path, *maxofk_model(4, 3, seed, 0.05, sharp))
+    model = load_model(path)
+    cert, _ = make_certificate(model, "brute")
+    claimed = cert["claim"]["correct_at_least"]
+    assert verify(cert, model).figure("claim.correct_at_least") == claimed
+    assert verify(cert, model, "mpmath").figure("claim.correct_at_least") == claimed
+    assert claimed <= sum(1 for ok in input_verdicts(model).values() if ok)

@@ -33,12 +33,13 @@ def test_small_campaign_passes(capsys):
 
 
 def test_campaign_catches_a_broken_checker(capsys, monkeypatch):
-    """An obligation that always holds: every logit gap 'certified' as 1000. The false claims the campaign
+    """An obligation that always holds: every logit gap 'certified' as 1000 (the prediction kind's gap_bounds,
+    which every prediction check goes through). The false claims the campaign
     makes on purpose (and any mutated claim) then verify, and the oracle calls them false."""
     from fractions import Fraction
     import tcert.checker.kinds.prediction as prediction
-    monkeypatch.setattr(prediction, "logit_gaps",
-                        lambda B, model, tokens, k, W=None: [Fraction(0) if j == k else Fraction(1000)
+    monkeypatch.setattr(prediction, "gap_bounds",
+                        lambda B, model, tokens, k, W=None: [(Fraction(0),) * 2 if j == k else (Fraction(1000),) * 2
                                                              for j in range(model.config.d_vocab)])
     code, out = run(capsys, "--examples", "2", "--kinds", "prediction")
     row = out["figures"]["kinds"]["prediction"]

@@ -179,24 +179,36 @@ def verdict(path, model_path, backend="flint"):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["neox1l-rotate-half", "preln-gelu", "attn-only"])
-def test_margin_above_certified_gap_rejected(models, tmp_path, name, backend):
-    """m raised above the checker's certified gap, even by 2^-60 relative, is REJECTED; m at it passes."""
+@pytest.mark.parametrize("name", ["neox1l-rotate-half", "preln-relu-no-final-ln", "attn-only"])
+def test_margin_above_true_gap_rejected(models, tmp_path, name, backend):
+    """m just above the checker's upper bound of the true gap (figure claim.margin.upper), even by 2^-60
+    relative, is REJECTED as refuted; m at the certified gap or half of it passes at the starting
+    precision; m just above the 64-bit certified gap (but below the true one) passes after the checker
+    raises its precision, which the figures and the summary report."""
     model = models[name]
     _, cert, p = certify(model, str(tmp_path), sample_tokens(model, 7))
-    B = make_backend(backend)
-    certified = check_claim(B, model, cert["claim"], Obligations())
+    ob = Obligations()
+    certified = check_claim(make_backend(backend), model, cert["claim"], ob)
+    upper = ob.figure("claim.margin.upper")
+    assert certified <= upper and ob.figure("claim.precision") == 64
     cases = {
-        "certified": (certified, "VERIFIED"),
-        "half": (certified / 2, "VERIFIED"),
-        "certified+2^-60 rel": (certified * (1 + Fraction(1, 2 ** 60)), "prediction: logit gap"),
-        "float gap": (Fraction(p["gap"]) * (1 + Fraction(1, 10 ** 6)), "prediction: logit gap"),
-        "double": (certified * 2, "prediction: logit gap"),
+        "certified": (certified, "VERIFIED", 64),
+        "half": (certified / 2, "VERIFIED", 64),
+        "certified+2^-60 rel": (certified * (1 + Fraction(1, 2 ** 60)), "VERIFIED", None),
+        "upper+2^-60 rel": (upper * (1 + Fraction(1, 2 ** 60)), "prediction: logit gap", None),
+        "float gap": (Fraction(p["gap"]) * (1 + Fraction(1, 10 ** 6)), "prediction: logit gap", None),
+        "double": (certified * 2, "prediction: logit gap", None),
     }
-    for tag, (margin, expected) in cases.items():
+    for tag, (margin, expected, prec) in cases.items():
         edited = restated(dict(cert, claim=dict(cert["claim"], margin=format_number(margin))), model)
-        got = verdict(write_cert(str(tmp_path), edited, tag), model.path, backend)
-        assert got == expected, (tag, float(margin))
+        if expected != "VERIFIED":
+            with pytest.raises(Rejected, match="the claim is false") as e:
+                verify(edited, model, backend)
+            assert e.value.obligation == expected, tag
+            continue
+        ob = verify(edited, model, backend)
+        used = ob.figure("claim.precision")
+        assert (used == prec if prec else used > 64) and f"at {used} bits" in ob.summary, (tag, used)
 
 
 @pytest.mark.parametrize("name", ["neox1l-adjacent-pairs", "preln-relu-no-final-ln", "attn-only"])

@@ -13,8 +13,10 @@ Moves (`mutants`):
   envelope  kind -> every other kind, version -> 2, model_sha256 -> another model's digest
 
 Headline moves (`headline_mutants`): each kind's headline number (HEADLINES) moved just past the value
-the checker certified, read from the figures `verify()` records under the field's JSON path; the
-harness reaches into no checker internals (see the TEMPORARY block for the one exception left).
+the checker certified, read from the figures `verify()` records under the field's JSON path (for a
+prediction margin, which the checker certifies at a raised precision when it must, past the recorded
+upper bound of the true gap); the harness reaches into no checker internals (see the TEMPORARY block for
+the one exception left).
 
 Classification of a mutant after `verify`: "rejected" (Rejected or BadInput), "internal" (any
 other exception: a robustness bug, never VERIFIED), or accepted. An accepted mutant whose claim equals
@@ -760,9 +762,11 @@ def headline_keys(cert: dict) -> list:
 
 def certified_values(case) -> dict:
     """Check the case once (flint); return figure key -> the certified value verify() recorded under it,
-    for each of the case's headline numbers."""
+    for each of the case's headline numbers. A margin's headline is the upper bound of the true gap the
+    prediction kind records as "<key>.upper": below it the checker raises its precision until it certifies
+    the claim (a true claim, rightly VERIFIED), above it the claim is false."""
     ob = verify(case.cert, case.model_path, "flint")
-    return {key: ob.figure(key) for key, _ in headline_keys(case.cert)}
+    return {key: ob.figure(key + ".upper" if key.endswith(".margin") else key) for key, _ in headline_keys(case.cert)}
 
 
 def moved(value, direction: int, field):

@@ -38,12 +38,20 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # over the reachable residuals, per-head score widths and per-row causal caps, per-head value balls, gains
 # folded into the readers' matrices) added influence 82 (sublayers.py, reach tracking in blocks.py, row
 # caps in rates.py), and the local claim form (one input's own attention pattern, local.py) influence 90.
-# The auditor's kit added kernel 320 (budget 1504 = main's 1184 + 320): checker/statement.py (182: the
+# The hostile-input work added kernel 120 (checker/resources.py 53: the
+# resource model; bounded exact endpoints, directed integer conversions and the point-product spread guard
+# in interval.py / mpmath_backend.py / numbers.py; the JSON reader's memory estimate; --max-work/--max-memory)
+# and one cost.py per family (prediction 4, overwhelm 43, accuracy 14, influence 11) plus overwhelm tight's
+# sharp-attention scaling (12) and influence's bounded H_n (5). The error-ball forward pass (error_balls.py
+# 125, operator_norms.py 77, forward.py 35, the backends' `centres` primitive: interval.py 2,
+# flint_backend.py 8, mpmath_backend.py 17) added kernel 264, and the prediction kind's own precision raise
+# (precision.py 21, __init__.py 34) prediction 55.
+# The auditor's kit added kernel 320 : checker/statement.py (182: the
 # claim in words, a new obligation every kind passes; 14 of them the influence local form's sentence),
 # tcert-check's contract in checker/cli.py (+124: usage errors as JSON, --timeout, --report, the precision
 # retry after a REJECTED, help with defaults and exit codes; its progress line, clock, versions and JSON
 # figures live beside the trusted base in tcert.audit), and the optional envelope fields (+14).
-BUDGETS = {"kernel": 1504, "exact": 598, "prediction": 37, "overwhelm": 652, "accuracy": 933, "influence": 506}
+BUDGETS = {"kernel": 1888, "exact": 598, "prediction": 96, "overwhelm": 707, "accuracy": 947, "influence": 522}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.numbers import parse_int, parse_number, show
+from tcert.checker.numbers import on_grid, parse_int, parse_number, show
 from tcert.checker.kinds.influence.rates import RATES
 
 CLAIM_BOUNDS = ("C", "C_prob", "C_abs", "C_prob_abs")
@@ -56,7 +56,8 @@ def parse_evidence(cfg, evidence: dict) -> Evidence:
     consts = evidence["constants"]
     if not isinstance(consts, dict) or len(consts) > MAX_CONSTANTS:
         raise BadInput("evidence.constants: must be an object of named numbers")
-    consts = {str(k): parse_number(v, f"evidence.constants.{k[:40]}") for k, v in consts.items()}
+    # claimed upper bounds, rounded up to the grid of `on_grid` (per-head sums of them stay small)
+    consts = {str(k): on_grid(parse_number(v, f"evidence.constants.{k[:40]}"), True) for k, v in consts.items()}
     return Evidence(power, consts)
 
 

@@ -7,13 +7,22 @@ from fractions import Fraction
 RATES = ("inverse", "harmonic")
 
 
+EXACT_HARMONIC = 4096   # H_n exactly up to here; beyond, its exact denominator lcm(1..n) has ~1.44 n bits
+HARMONIC_BITS = 128
+
+
 def harmonic(n: int) -> Fraction:
-    """H_n = 1 + 1/2 + ... + 1/n exactly."""
-    return sum((Fraction(1, k) for k in range(1, n + 1)), Fraction(0))
+    """H_n = 1 + 1/2 + ... + 1/n exactly for n <= EXACT_HARMONIC; beyond, an upper bound that exceeds it by
+    less than n 2^-HARMONIC_BITS (each 1/k rounded up to a multiple of 2^-HARMONIC_BITS)."""
+    if n <= EXACT_HARMONIC:
+        return sum((Fraction(1, k) for k in range(1, n + 1)), Fraction(0))
+    one = 1 << HARMONIC_BITS
+    return Fraction(sum(-(-one // k) for k in range(1, n + 1)), one)
 
 
 def rate(name: str, n: int, n_layers: int) -> Fraction:
-    """r(n) of the claimed rate: 1/n ("inverse") or H_n^(n_layers-1)/n ("harmonic")."""
+    """r(n) of the claimed rate, or an upper bound of it (the corollary only needs one): 1/n ("inverse") or
+    H_n^(n_layers-1)/n ("harmonic")."""
     return Fraction(1, n) if name == "inverse" else harmonic(n) ** (n_layers - 1) / n
 
 

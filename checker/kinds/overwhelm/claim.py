@@ -43,6 +43,8 @@ def parse_tokens(value, where: str, cfg, min_len: int) -> list:
 def parse_claim(claim: dict, cfg) -> Question:
     """Validate the claim (free kind any, perm or upto) against the model config."""
     fields(claim, "claim", {"prefix", "query", "predicted", "free"})
+    if cfg.d_vocab < 2:   # as for prediction: no competitor, so no claim (and no summary) to make
+        raise BadInput("claim: the model has d_vocab = 1, so there is no other token to be ahead of")
     prefix = parse_tokens(claim["prefix"], "claim.prefix", cfg, 0)
     query = parse_int(claim["query"], "claim.query", 0, cfg.d_vocab - 1)
     k = parse_int(claim["predicted"], "claim.predicted", 0, cfg.d_vocab - 1)

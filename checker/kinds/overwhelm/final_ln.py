@@ -32,14 +32,15 @@ import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.kinds.overwhelm.tables import sqrt_upper
-from tcert.checker.numbers import parse_number, parse_vector
+from tcert.checker.numbers import on_grid, parse_number, parse_vector
 
 
 def parse(raw, cfg, where: str = "evidence.final_ln") -> dict:
     """evidence.final_ln -> {"g": [Fractions], "variance", "cross_term": raw entries, "sigma_lo", "sigma_hi"}
     (BadInput on shape errors; the {lambdas[, duals]} entries are parsed by the caller)."""
     fields(raw, where, {"variance_direction", "variance", "cross_term", "sigma_lo", "sigma_hi"})
-    return {"g": parse_vector(raw["variance_direction"], f"{where}.variance_direction", cfg.d_model, "d_model"),
+    g = parse_vector(raw["variance_direction"], f"{where}.variance_direction", cfg.d_model, "d_model")
+    return {"g": [on_grid(x, False) for x in g],   # any g is valid: on the grid, its mean stays small
             "variance": raw["variance"], "cross_term": raw["cross_term"],
             "sigma_lo": parse_number(raw["sigma_lo"], f"{where}.sigma_lo"),
             "sigma_hi": parse_number(raw["sigma_hi"], f"{where}.sigma_hi")}

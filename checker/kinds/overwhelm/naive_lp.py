@@ -75,7 +75,7 @@ def parse_lp_duals(raw, where: str, cfg, q: Question) -> list:
     if not isinstance(raw, list) or len(raw) != cfg.n_heads:
         raise BadInput(f"{where}: must list {cfg.n_heads} heads")
     heads = [fields(entry, f"{where}[{h}]", {"min", "max"}) for h, entry in enumerate(raw)]
-    return [{s: parse_duals(e[s], f"{where}[{h}].{s}", q.n_free) for s in ("min", "max")} for h, e in enumerate(heads)]
+    return [{s: parse_duals(e[s], f"{where}[{h}].{s}", q.n_free, s) for s in ("min", "max")} for h, e in enumerate(heads)]
 
 
 def head_tables_of_length(B, model, W, q: Question, mode: str, shared, ob, title: str) -> list:

@@ -186,10 +186,11 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
 def beta_bounds(B, hd: HeadData, amin: Fraction, amax: Fraction):
     """(beta_min lower, beta_max upper): bounds of the total attention weight on the free positions,
     beta = alpha_free / (alpha_fix + alpha_free), given alpha_free in [amin, amax] (beta increases with
-    alpha_free and decreases with alpha_fix, so the corners suffice)."""
-    fix_lo, fix_hi = B.num(B.lower(hd.alpha_fix)), B.num(B.upper(hd.alpha_fix))
-    bmin = B.lower(B.num(amin) / (fix_hi + B.num(amin)))
-    bmax = B.upper(B.num(amax) / (fix_lo + B.num(amax)))
+    alpha_free and decreases with alpha_fix, so the corners suffice). With a point alpha_free the interval
+    quotient's ends are those corners; alpha_fix stays an enclosure (exp of sharp scores: a Fraction of it
+    could need millions of bits)."""
+    bmin = B.lower(B.num(amin) / (hd.alpha_fix + B.num(amin)))
+    bmax = B.upper(B.num(amax) / (hd.alpha_fix + B.num(amax)))
     return max(bmin, Fraction(0)), min(bmax, Fraction(1))
 
 

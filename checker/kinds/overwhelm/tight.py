@@ -33,6 +33,7 @@ needs max(U_j/sigma_lo, U_j/sigma_hi) + e_j < 0 (the cheap bound too), with sigm
 confirmed first.
 """
 
+import math
 from collections import namedtuple
 from fractions import Fraction
 
@@ -44,8 +45,9 @@ from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.forward import Weights, layer_norm, mlp
 from tcert.checker.kinds.overwhelm import final_ln
 from tcert.checker.kinds.overwhelm.claim import Place, Question
-from tcert.checker.kinds.overwhelm.tables import ATTN, MAX_TABLE_ENTRIES, beta_bounds, fixed_side, ln_rows, table_fits
-from tcert.checker.numbers import parse_int, parse_vector, show
+from tcert.checker.kinds.overwhelm.tables import (ATTN, MAX_TABLE_ENTRIES, HeadData, beta_bounds, fixed_side, ln_rows,
+                                                  table_fits)
+from tcert.checker.numbers import on_grid, parse_int, parse_vector, show
 
 
 class TightTables(namedtuple("TightTables", "heads b evo evo_all beta rows")):
@@ -91,8 +93,9 @@ def check_tight(model, q: Question, evidence, B, ob, place: Place) -> None:
 
 
 def parse_head_bounds(e, where: str, cfg, q: Question):
-    """{"lambdas": [per head][, "duals": [per head {u, v}] (perm only)]} -> (lambdas, duals or None)."""
-    lams = parse_vector(e["lambdas"], f"{where}.lambdas", cfg.n_heads, "n_heads")
+    """{"lambdas": [per head][, "duals": [per head {u, v}] (perm only)]} -> (lambdas, duals or None); the
+    lambdas rounded up to the grid of `on_grid` (a larger lambda is checked and used: still sound)."""
+    lams = [on_grid(x, True) for x in parse_vector(e["lambdas"], f"{where}.lambdas", cfg.n_heads, "n_heads")]
     if "duals" not in e:   # perm without duals: the separable bound over the multiset's tokens
         return lams, None
     if q.multiset is None:
@@ -100,7 +103,7 @@ def parse_head_bounds(e, where: str, cfg, q: Question):
     d = e["duals"]
     if not isinstance(d, list) or len(d) != cfg.n_heads:
         raise BadInput(f"{where}.duals: must list {cfg.n_heads} dual pairs (one per head)")
-    return lams, [parse_duals(uv, f"{where}.duals[{h}]", q.n_free) for h, uv in enumerate(d)]
+    return lams, [parse_duals(uv, f"{where}.duals[{h}]", q.n_free, "max") for h, uv in enumerate(d)]
 
 
 def parse_exact(evidence, cfg, q: Question, where: str) -> dict:
@@ -144,13 +147,26 @@ def tight_tables(B, model, W, q: Question) -> TightTables:
     V = (X @ W.heads_concat(ATTN + "W_V")).rows()
     b, evo = [], []
     for h, hd in enumerate(heads):
-        S = (X @ hd.score_cols).rows()
-        b.append([[B.exp(s + c - hd.lq) for s, c in zip(row, hd.score_bias)] for row in S])
+        scores = X @ hd.score_cols
+        shift = mass_shift(B, hd, scores)
+        if shift:   # b and alpha_fix both times e^-shift: every ratio and Dinkelbach sign is unchanged
+            heads[h] = hd = HeadData(hd.lq, hd.alpha_fix * B.exp(B.num(-shift)), hd.u, hd.score_cols, hd.score_bias)
+        ref = hd.lq + shift if shift else hd.lq
+        b.append([[B.exp(s + c - ref) for s, c in zip(row, hd.score_bias)] for row in scores.rows()])
         vals = B.matrix([[x - m for x, m in zip(row[h * dh:(h + 1) * dh], hd.u)] for row in V])
         evo.append(vals @ W.mat(ATTN + "W_O", h))
     beta = [naive_betas(B, hd, bh) for hd, bh in zip(heads, b)]
     rows = None if q.multiset is None else [allowed.index(t) for t in q.multiset]
     return TightTables(heads, b, evo, B.matrix([r for E in evo for r in E.rows()]), beta, rows)
+
+
+def mass_shift(B, hd, scores) -> int:
+    """0, or an integer r > 64 such that alpha_fix and every free weight b = exp(score - lq) are at most
+    about e^r (`scores`: the free columns' scores before score_bias): past e^64 both are taken times e^-r,
+    so that no exact endpoint of them exceeds the exact-number bound (sharp attention gives e^(1.6e6))."""
+    top = max([B.upper(B.log(hd.alpha_fix))] +
+              [hi + B.upper(c - hd.lq) for hi, c in zip(scores.col_bounds()[1], hd.score_bias)])
+    return 0 if top <= 64 else math.ceil(top)
 
 
 def naive_betas(B, hd, b: list):

@@ -1,0 +1,252 @@
+"""Error balls: how the rigorous forward pass carries activations, and the bound each step adds.
+
+Why not plain intervals. Multiplying a vector of intervals by a point matrix W multiplies their radii
+by the column sums of |W| (every coordinate's error aligned the worst way at once), while the exact
+function moves by at most ||W||_2 times the input's error: on a 768-wide model that is a factor ~20
+per product and ~2^30 per block, so 64 bits were gone after two blocks. Here each activation row is
+instead
+
+    an exact point c (the row's centre, a point of the backend)  and  an l2 radius eps (a Fraction),
+
+meaning: the exact real-number row x of the model's function satisfies ||x - c||_2 <= eps. A step
+computes its output at the centre with interval arithmetic (point inputs, so the enclosure is only
+rounding-wide), takes the midpoints of that enclosure as the new centre (`recentre`, the rounding
+radius joins eps), and bounds how far the exact output can be from the exact image of the centre by
+the step's Lipschitz constant on the ball: ||W||_2 for a product (`linear`), max|w| / sigma_lo for a
+LayerNorm (`normalise`), the activation's Lipschitz constant (`nonlinear`), score and softmax
+perturbation bounds for attention (`head_output`). The error grows per block by the block's worst-case
+Lipschitz constant instead of by the product of the matrices' column sums.
+
+Every radius is an exact Fraction rounded *up* to BITS significant bits (`up`); square roots of
+Fractions are integer square roots rounded outward (`sqrt_up`, `sqrt_down`). Nothing here compares
+floats; a verdict reads `lower`/`upper` of enclosures built from these centres and radii.
+"""
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+from tcert.checker.interval import Backend, IMat
+
+BITS = 40          # significant bits kept by up(): radii are upper bounds, 2^-40 relative slack each
+EXP_LIMIT = 40     # score perturbations above this use the convex-hull cap (e^(2 delta) is useless there)
+
+
+def up(x: Fraction) -> Fraction:
+    """A dyadic rational >= x with at most BITS significant bits (x itself when x <= 0)."""
+    if x <= 0:
+        return Fraction(x)
+    shift = BITS - (x.numerator.bit_length() - x.denominator.bit_length())
+    scaled = x * (Fraction(2) ** shift)
+    return Fraction(-(-scaled.numerator // scaled.denominator)) / Fraction(2) ** shift
+
+
+def sqrt_up(x: Fraction) -> Fraction:
+    """A rational >= sqrt(x), within 2^-(BITS-1) relative, for x >= 0."""
+    return _sqrt(Fraction(x), 1)
+
+
+def sqrt_down(x: Fraction) -> Fraction:
+    """A rational in [0, sqrt(x)], within 2^-(BITS-1) relative, for x >= 0."""
+    return _sqrt(Fraction(x), 0)
+
+
+def _sqrt(x: Fraction, upward: int) -> Fraction:
+    """sqrt(x) rounded down (upward 0) or up (1): with x 4^k between integers N- <= x 4^k <= N+,
+    isqrt(N-) / 2^k <= sqrt(x) <= ceil(sqrt(N+)) / 2^k."""
+    if x <= 0:
+        return Fraction(0)
+    k = max(0, BITS - (x.numerator.bit_length() - x.denominator.bit_length()) // 2)
+    scaled = x * 4 ** k
+    if upward:
+        n = -(-scaled.numerator // scaled.denominator)
+        r = math.isqrt(n)
+        return Fraction(r if r * r == n else r + 1, 2 ** k)
+    return Fraction(math.isqrt(scaled.numerator // scaled.denominator), 2 ** k)
+
+
+class Rows(NamedTuple):
+    """Activation rows as error balls: the exact row i lies within l2 distance eps[i] of centre row i
+    (`centre` holds points only)."""
+
+    centre: IMat
+    eps: list
+
+
+def recentre(B: Backend, Y: IMat, eps: list) -> Rows:
+    """Rows whose exact values lie in the enclosures Y widened by l2 radii eps: re-centred on Y's midpoints,
+    each row's radius grows by the l2 norm of its entries' radii (triangle inequality)."""
+    C, radius = B.centres(Y)
+    return Rows(C, [up(e + r) for e, r in zip(eps, radius)])
+
+
+def exact_rows(B: Backend, Y: IMat) -> Rows:
+    """Rows whose exact values lie in the enclosures Y (no error carried yet)."""
+    return recentre(B, Y, [Fraction(0)] * Y.shape[0])
+
+
+def take(B: Backend, X: Rows, rows: list) -> Rows:
+    """The rows with the given indices."""
+    if len(rows) == X.centre.shape[0]:
+        return X
+    data = X.centre.rows()
+    return Rows(B.matrix([data[i] for i in rows]), [X.eps[i] for i in rows])
+
+
+def add(B: Backend, *terms: Rows) -> Rows:
+    """The sum of error balls (same shape): centres added, radii add (triangle inequality)."""
+    total = terms[0].centre
+    for t in terms[1:]:
+        total = total + t.centre
+    return recentre(B, total, [sum(es) for es in zip(*(t.eps for t in terms))])
+
+
+def with_bias(B: Backend, Y: IMat, bias):
+    """Y with the row vector `bias` (a list of enclosures, or None for no bias) added to every row."""
+    return Y if bias is None else Y + B.matrix([bias] * Y.shape[0])
+
+
+def linear(B: Backend, X: Rows, W: IMat, norm: Fraction, bias=None) -> Rows:
+    """x @ W + b for each row, W a point matrix with ||W||_2 <= norm: ||(x - c) W||_2 <= norm ||x - c||_2."""
+    return recentre(B, with_bias(B, X.centre @ W, bias), [norm * e for e in X.eps])
+
+
+def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
+    """x @ W_h + b_h for every head h at once, the heads' point matrices side by side in W (W_h are
+    columns h*dh..(h+1)*dh-1), ||W_h||_2 <= norms[h]: one product, one error ball per head."""
+    C, radius = B.centres(with_bias(B, X.centre @ W, bias))
+    dh, rows = W.shape[1] // len(norms), C.rows()
+    return [Rows(B.matrix([r[h * dh:(h + 1) * dh] for r in rows]),
+                 [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
+
+
+def nonlinear(B: Backend, X: Rows, fn, lipschitz: Fraction) -> Rows:
+    """fn applied entrywise, fn Lipschitz with constant `lipschitz`: ||fn(x) - fn(c)||_2 <= L ||x - c||_2
+    coordinate by coordinate, hence in l2."""
+    return recentre(B, X.centre.map(fn), [lipschitz * e for e in X.eps])
+
+
+def gated(B: Backend, G: Rows, U: Rows, fn, lipschitz: Fraction, bias=None) -> Rows:
+    """fn(g) * u + b entrywise (a gated MLP's hidden layer), g and u error balls of the same rows, fn
+    Lipschitz with constant L.
+
+    Bound. With a = fn(g), a^ = fn(g^) for the centres g^, u^: a u - a^ u^ = (a - a^) u^ + a^ (u - u^) +
+    (a - a^)(u - u^) entrywise, so in l2 the error is <= max|u^| L e_g + max|a^| e_u + L e_g e_u
+    (||x * y||_2 <= ||x||_2 max|y| and max|y| <= ||y||_2), max|a^| read from the enclosure of fn(g^)."""
+    A = G.centre.map(fn)
+    a_rows, u_rows, errs, out = A.rows(), U.centre.rows(), [], []
+    for a_row, u_row, eg, eu in zip(a_rows, u_rows, G.eps, U.eps):
+        prod = [a * u for a, u in zip(a_row, u_row)]
+        out.append(prod if bias is None else [x + b for x, b in zip(prod, bias)])
+        a_max = max(max(B.upper(a), -B.lower(a)) for a in a_row)
+        u_max = max(max(B.upper(u), -B.lower(u)) for u in u_row)
+        errs.append(u_max * lipschitz * eg + a_max * eu + lipschitz * eg * eu)
+    return recentre(B, B.matrix(out), errs)
+
+
+def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred: bool = True) -> Rows:
+    """LayerNorm (centred) or RMSNorm of each row: y = w * f(Px) + b, f(u) = u / sqrt(||u||^2/d + eps),
+    P the centring projection (the identity for RMSNorm), w None for no gain and bias, b None for no bias,
+    |w_i| <= w_max.
+
+    Bound. f's Jacobian (1/s)(I - u u^T/(d s^2)), s = sqrt(||u||^2/d + eps), is symmetric with eigenvalues
+    1/s (on u's orthogonal complement) and eps/s^3 <= 1/s, so ||f'(u)||_2 = 1/s(u). Every u on the segment
+    from Pc to Px has ||u|| >= ||Pc|| - ||P(x - c)|| >= ||Pc|| - e (||P||_2 <= 1), so
+    s >= sigma_lo = sqrt(max(0, ||Pc|| - e)^2/d + eps) and ||y(x) - y(c)|| <= w_max e / sigma_lo. Also
+    ||f(u)|| < sqrt(d) for every u, so the change is at most 2 sqrt(d) w_max whatever e is."""
+    d = X.centre.shape[1]
+    cap, out, errs, ones = 2 * sqrt_up(Fraction(d)) * w_max, [], [], [B.num(1)] * d
+    for row, e in zip(X.centre.rows(), X.eps):
+        mean = B.dot(row, ones) / d
+        u = [x - mean for x in row] if centred else row
+        sq = B.dot(u, u)
+        inv = 1 / B.sqrt(sq / d + B.num(eps))
+        if w is None:
+            out.append([x * inv for x in u])
+        else:
+            out.append([x * inv * wi for x, wi in zip(u, w)] if b is None else
+                       [x * inv * wi + bi for x, wi, bi in zip(u, w, b)])
+        gap = max(sqrt_down(max(B.lower(sq), Fraction(0))) - e, Fraction(0))
+        sigma_lo = sqrt_down(gap * gap / d + eps)
+        errs.append(min(w_max * e / sigma_lo, cap) if e else Fraction(0))
+    return recentre(B, B.matrix(out), errs)
+
+
+def rotate_rows(B: Backend, X: Rows, rotate_row) -> Rows:
+    """Each row i through the exact rotation rotate_row(i, row) (an isometry): the radii are unchanged; the
+    rotation's enclosure (its cos/sin are enclosures) adds only rounding."""
+    return recentre(B, B.matrix([rotate_row(i, row) for i, row in enumerate(X.centre.rows())]), X.eps)
+
+
+def row_sq_norms(B: Backend, M: IMat) -> list:
+    """Enclosures of ||row||_2^2 for each row of M (dot products: one rounding each, not one per term)."""
+    return [B.dot(row, row) for row in M.rows()]
+
+
+def softmax(B: Backend, scores: list) -> list:
+    """Enclosures of softmax(scores); shifting by a constant does not change the exact value."""
+    shift = B.num(max(B.upper(s) for s in scores))
+    e = [B.exp(s - shift) for s in scores]
+    total = B.dot(e, [B.num(1)] * len(e))
+    return [x / total for x in e]
+
+
+def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list) -> Rows:
+    """One attention head: z_i = sum_(r < visible[i]) a_ir v_r, a_i = softmax_r(q_i . k_r / div), as error
+    balls, from error balls of its queries q, keys k and values v (div > 0 an enclosure).
+
+    Bound. Scores: with q = q^ + dq, k = k^ + dk, |q.k - q^.k^| <= |dq| |k^| + |q^| |dk| + |dq| |dk|, so every
+    exact score of row i is within delta_i = (eq_i max|k^| + (|q^_i| + eq_i) max ek) / div + (the score
+    enclosure's radius) of the point score s^ used for the pattern. Values: sum_r a_r v_r =
+    sum_r a_r v^_r + sum_r a_r (v_r - v^_r), the second part within max ev (a is a convex combination).
+    Softmax, for z(s) = sum_r softmax(s)_r v^_r and a = softmax(s^): (ratio) a'_r / a_r lies in
+    [e^(-2 delta), e^(2 delta)], so |z(s) - z(s^)| <= (e^(2 delta) - 1) max|v^_r|; (mean value) dz/dt along
+    s^ + t(s - s^) is sum_r a_r(t) d_r (v^_r - z(t)), of norm <= delta sqrt(sum_r a_r(t) |v^_r - z(t)|^2)
+    <= delta sqrt(sum_r a_r(t) |v^_r - c|^2) for any c (the weighted mean minimises it) <= delta e^delta
+    sqrt(sum_r a_r |v^_r - c|^2) (a_r(t) <= e^(2 delta) a_r), with c the new centre; and (hull) z(s) and
+    the centre differ by at most max_r |v^_r - c|. The smallest of these is used."""
+    div_lo, n = B.lower(div), k.centre.shape[0]
+    S, s_rad = B.centres((q.centre @ k.centre.T).scale(1 / div))
+    q_norm = [sqrt_up(B.upper(x)) for x in row_sq_norms(B, q.centre)]
+    v_sq = row_sq_norms(B, v.centre)
+    k_max = max(sqrt_up(B.upper(x)) for x in row_sq_norms(B, k.centre))
+    v_max = max(sqrt_up(B.upper(x)) for x in v_sq)
+    ek, ev, zero = max(k.eps), max(v.eps), B.num(0)
+    P = B.matrix([softmax(B, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
+    Z = P @ v.centre
+    C, z_rad = B.centres(Z)
+    spread_terms = (P @ B.matrix([[x] for x in v_sq])).rows()
+    errs = []
+    for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
+        c_sq = B.dot(c, c)
+        spread = max(B.upper(spread_terms[i][0] - 2 * B.dot(c, z) + c_sq), Fraction(0))
+        delta = up((q.eps[i] * k_max + (q_norm[i] + q.eps[i]) * ek) / div_lo + s_rad[i])
+        hull = v_max + sqrt_up(B.upper(c_sq))
+        move = softmax_move(B, delta, v_max, spread)
+        errs.append(up(ev + (hull if move is None else min(hull, z_rad[i] + move))))
+    return Rows(C, errs)
+
+
+def softmax_move(B: Backend, delta: Fraction, v_max: Fraction, spread: Fraction):
+    """min((e^(2 delta) - 1) v_max, delta e^delta sqrt(spread)) (head_output's ratio and mean-value bounds),
+    or None above EXP_LIMIT (the hull bound is smaller there)."""
+    if delta > EXP_LIMIT:
+        return None
+    e1 = B.upper(B.exp(B.num(delta)))
+    return min((e1 * e1 - 1) * v_max, delta * e1 * sqrt_up(spread)) if delta else Fraction(0)
+
+
+def heads_output(B: Backend, heads: list, W: IMat, norm: Fraction, head_norms: list, bias=None) -> Rows:
+    """sum_h z_h @ W_h + b (the heads' outputs through the point matrices W_h stacked in W): the error of
+    row i is <= min(||W||_2 sqrt(sum_h e_hi^2), sum_h ||W_h||_2 e_hi)."""
+    per_head = [h.centre.rows() for h in heads]
+    rows = [sum((r[i] for r in per_head), []) for i in range(len(per_head[0]))]
+    errs = [min(norm * sqrt_up(sum(e * e for e in es)), sum(hn * e for hn, e in zip(head_norms, es)))
+            for es in zip(*(h.eps for h in heads))]
+    return recentre(B, with_bias(B, B.matrix(rows) @ W, bias), errs)
+
+
+def enclosures(B: Backend, X: Rows) -> list:
+    """Per row, entrywise enclosures of the exact row: centre +- eps in every coordinate (|x_j - c_j| <=
+    ||x - c||_2)."""
+    return [[c + B.interval(-e, e) for c in row] for row, e in zip(X.centre.rows(), X.eps)]

@@ -1,0 +1,17 @@
+"""The influence kind's cost estimate (checker/resources.py): per head and MLP the trace-power operator
+norms, the row distances of W_E and W_U, the caps over n_max, and the corollary's forward pass."""
+
+from tcert.checker.resources import MATRIX, MATRIX_BYTES, Cost, at, count, forward, length
+
+
+def cost(cfg, claim, evidence):
+    """Gram products and 2^power squarings per norm, blockwise row distances, n_max-term caps."""
+    d, dh, H, m, v, L = cfg.d_model, cfg.d_head, cfg.n_heads, cfg.d_mlp or 0, cfg.d_vocab, cfg.n_layers
+    p, n_max = count(at(evidence, "power"), 8), count(at(claim, "n_max"), cfg.n_ctx)
+    small, big = min(d, m), max(d, m)
+    products = L * (H * (8 * dh * dh * d + (p + 2) * 4 * dh ** 3) + 2 * (small * small * big + p * small ** 3))
+    products += 2 * (v + n_max) * 64 * d
+    total = Cost(MATRIX * products + L * 6 * n_max + 4 * (v + n_max), MATRIX_BYTES * 4 * (big * big + 64 * d),
+                 f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")
+    tokens = at(claim, "corollary", "prediction", "tokens")
+    return total + forward(cfg, length(tokens)) if tokens is not None else total
