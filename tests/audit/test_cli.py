@@ -157,14 +157,13 @@ def test_progress_on_a_terminal_only(tmp_path):
     assert "tcert-check:" not in stderr_of("--quiet", seconds=8)
 
 
-def tight_prediction(tmp_path):
-    """A prediction certificate claiming the margin certified at 256 bits: too thin for 64-bit enclosures."""
-    model = CERTIFICATES / "models" / "maxof4_seed123.safetensors"
-    from tcert.checker.modelfile import load_model
-    from tcert.generator.prediction import prediction_certificate
-    cert, _ = prediction_certificate(load_model(str(model)), [3, 10, 17, 24])
+def tight_overwhelm(tmp_path):
+    """perm_lp.json with its deviation W claimed at the bound certified at 256 bits: below the 64-bit bound.
+    (A prediction claim no longer serves: the prediction kind raises its own precision before REJECTED.)"""
+    cert = json.loads(PERM_LP.read_text())
+    model = CERTIFICATES / "overwhelm" / "neox1l_tiny.safetensors"
     ob = verify(cert, model, "flint", 256)
-    cert["claim"]["margin"] = format_number(ob.figure("claim.margin"))
+    cert["evidence"]["deviation"] = format_number(ob.figure("evidence.deviation"))
     del cert["statement"]
     path = tmp_path / "tight.json"
     path.write_text(dumps(cert))
@@ -172,9 +171,9 @@ def tight_prediction(tmp_path):
 
 
 def test_a_rejection_more_precision_turns_around_says_so(capsys, tmp_path):
-    path, model = tight_prediction(tmp_path)
+    path, model = tight_overwhelm(tmp_path)
     code, line = run(capsys, path, "--model", model)
-    assert code == 1 and line.startswith("REJECTED: prediction: logit gap: ")
+    assert code == 1 and line.startswith("REJECTED: overwhelm lp: deviation bound: ")
     assert line.endswith("[at --prec 64; VERIFIED at --prec 256: re-run with --prec 256]")
     code, line = run(capsys, path, "--model", model, "--prec", "256")
     assert code == 0
@@ -182,7 +181,7 @@ def test_a_rejection_more_precision_turns_around_says_so(capsys, tmp_path):
     assert code == 1 and "--prec" not in line
     code, line = run(capsys, path, "--model", model, "--retry-prec", "70", "--json")
     r = json.loads(line)
-    assert code == 1 and r["prec_hint"] == {"prec": 70, "verdict": "REJECTED", "obligation": "prediction: logit gap"}
+    assert code == 1 and r["prec_hint"] == {"prec": 70, "verdict": "REJECTED", "obligation": "overwhelm lp: deviation bound"}
     assert r["detail"].endswith("[also REJECTED at --prec 70]")
 
 
