@@ -43,7 +43,9 @@ def exact_json(value):
         return value
     if isinstance(value, (int, Fraction)):
         q = Fraction(value)
-        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+        # beyond Python's 4,300-digit limit on decimal text, exact hexadecimal ("0x1f/0x3"): same value
+        text = hex if max(q.numerator.bit_length(), q.denominator.bit_length()) > 12000 else str
+        return text(q.numerator) if q.denominator == 1 else f"{text(q.numerator)}/{text(q.denominator)}"
     if isinstance(value, dict):
         return {str(k): exact_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

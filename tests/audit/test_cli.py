@@ -124,7 +124,7 @@ def test_a_swallowed_timeout_interrupt_is_still_the_timeout():
             busy = time.perf_counter() + 5
             while time.perf_counter() < busy:   # Python bytecode: where a (simulated) SIGINT is delivered
                 pass
-    assert time.perf_counter() - start < 3
+    assert time.perf_counter() - start < 4.5      # the busy loop alone would run 5 s
     with Deadline(5) as d:          # a block that ends in time is untouched
         pass
     assert not d.expired
