@@ -118,7 +118,7 @@ def column_bounds(ends, groups: int) -> list:
     lo, hi = ends
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         raise Rejected("finite enclosure", "a matrix entry is not finite")
-    (m, n), size = lo.shape, lo.shape[0] // groups
+    n, size = lo.shape[1], lo.shape[0] // groups
     low = lo.reshape(groups, size, n).min(axis=1, initial=np.inf)
     high = hi.reshape(groups, size, n).max(axis=1, initial=-np.inf)
     return [([Fraction(v) for v in ls], [Fraction(v) for v in hs]) for ls, hs in zip(low.tolist(), high.tolist())]

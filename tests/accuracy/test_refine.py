@@ -270,7 +270,6 @@ def wrong_mixed_entry(path):
     """A mixed entry some of whose inputs the model gets wrong (one bad token, the others in K)."""
     model = load_model(path)
     verdicts = input_verdicts(model)
-    n = model.config.n_ctx
     for t, ok in sorted(verdicts.items()):
         m, q = max(t), t[-1]
         others = [x for x in t[:-1] if x != m]

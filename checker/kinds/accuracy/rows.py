@@ -141,7 +141,7 @@ def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
 def exact_correct(tables, q: int, tokens) -> bool:
     """Whether input (tokens..., q) is certainly correct, from the exact integer tables (Python ints; the
     fallback where int64 cannot decide)."""
-    n, v = tables["n"], tables["v"]
+    v = tables["v"]
     toks = list(tokens) + [q]
     m = max(toks)
     for x in range(v):
