@@ -103,7 +103,19 @@ def test_timeout(capsys):
 def test_a_swallowed_timeout_interrupt_is_still_the_timeout():
     """A library that swallows the clock's KeyboardInterrupt (mpmath wraps conversions in a bare `except:`)
     neither outlives the deadline by long (the interrupt is repeated) nor gets a verdict reported: a block
-    that ends after expiry ends as the timeout."""
+    that ends after expiry ends as the timeout. SIGINT gets Python's default handler here, as in a tcert-check
+    process: earlier tests in the same pytest process (Dask) may leave it ignored, and interrupt_main does
+    nothing for an ignored signal."""
+    import signal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        run_swallowed_timeouts()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_swallowed_timeouts():
+    """The body of the test above (SIGINT handled by Python)."""
     from tcert.audit.terminal import Deadline
     from tcert.checker.errors import BadInput
     start = time.perf_counter()
