@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import pickle
-import signal
 import struct
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from tcert.generator.model.forward import logits as float_logits
 from tcert.generator.model.files import save_model
 from tcert.generator.prediction import prediction_certificate
 from tcert.generator.model.random_models import random_model
+from tcert.testing import fuzz
 from tcert.testing.envelope import ENVELOPE_ERRORS
 
 TIME_LIMIT = 10.0  # seconds per input (generous: the machine is shared; a hang is what it catches)
@@ -43,18 +43,9 @@ def fuzz_examples(ci: int) -> int:
     return int(os.environ.get("TCERT_FUZZ_EXAMPLES", example_scale(ci)))
 
 
-@contextlib.contextmanager
 def time_limit(seconds=TIME_LIMIT * 3):
     """Abort a run that hangs (SIGALRM), so that a hang fails the test instead of stalling CI."""
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"no answer within {seconds} s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    return fuzz.time_limit(seconds)
 
 
 def run(capsys, cert_path, model_path, *extra):
