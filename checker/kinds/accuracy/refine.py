@@ -24,6 +24,7 @@ Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases
 "accuracy refine: mixed cases", "accuracy refine: pattern groups".
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -34,6 +35,7 @@ from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
 from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
                                                 value_tables)
+from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
@@ -122,29 +124,71 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
 # ------------------------------------------------------------------------------------------ mixed cases
 
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
-    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"); their summed weight numerators."""
-    needed, keys, weight, count = {}, {}, 0, 0
-    for (m, q, c), entries in mixed.items():
-        needed.setdefault((q, m), set()).update(k for S, _ in entries for k in S)
+    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): by the int64 screen, else
+    exactly (`require_mixed`); their summed weight numerators."""
+    weight, count = 0, 0
     with ob.step("accuracy refine: mixed cases") as fig:
+        proved = mixed_screened(tables, cases, mixed)
         for (m, q, c), entries in sorted(mixed.items()):
-            if m not in values:
-                values[m] = cubic.value_bounds(tables, m)
-            if (q, m) not in keys:
-                keys[(q, m)] = key_bounds(tables, q, m, sorted(needed[(q, m)]))
-            case, K = (m, q, c), cases.get((m, q, c), [])
-            ends = [(u, u * keys[(q, m)][0] + keys[(q, m)][1]) for u in max_weights(tables, q, c)]
-            beta_K = key_bound(tables, values[m], q, K)
+            K = cases.get((m, q, c), [])
             for S, b in entries:
-                bound = mixed_bound(tables, keys[(q, m)][2], ends, beta_K, case, S, b)
-                if not bound < 0:
-                    raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
-                                       f"{show(bound * bound_scale(tables))} >= 0")
+                if ((m, q, c), tuple(S), b) not in proved:
+                    require_mixed(tables, values, (m, q, c), K, S, b)
                 weight += dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
                 count += math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
         fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
+        fig["mixed entries confirmed in int64"] = len(proved)
         fig["inputs covered by mixed entries"] = count
     return weight
+
+
+def require_mixed(tables, values, case, K, S, b):
+    """Reject unless the exact `mixed_bound` of the entry is negative."""
+    m, q, c = case
+    if m not in values:
+        values[m] = cubic.value_bounds(tables, m)
+    Mx, Qx, Bk = key_bounds(tables, q, m, S)
+    ends = [(u, u * Mx + Qx) for u in max_weights(tables, q, c)]
+    bound = mixed_bound(tables, Bk, ends, key_bound(tables, values[m], q, K), case, S, b)
+    if not bound < 0:
+        raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
+                           f"{show(bound * bound_scale(tables))} >= 0")
+
+
+def mixed_screened(tables, cases, mixed) -> set:
+    """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
+    per (q, m) from its key rows (`key_bounds` in int64); the rest get the exact evaluation."""
+    Sc, n, proved = screen_tables(tables), tables["n"], set()
+    P_lo, P_hi = Sc.small[:, n - 1], Sc.large[:, n - 1]
+    for (m, q), group in itertools.groupby(sorted(mixed.items()), key=lambda item: item[0][:2]):
+        Mx, Qx, Bk = screen_keys(Sc, q, m, n)
+        for (_, _, c), entries in group:
+            K = np.array(cases.get((m, q, c), []), dtype=np.int64)
+            beta_K = int(upper(*(weights(Sc, q, m, K, up) for up in (False, True)), Sc.EUp[m, q] + Sc.R[m, K]).max()) \
+                if len(K) else 0
+            ends = [(u, u * Mx + Qx) for u in (Sc.small[q, n - 1 - c], Sc.large[q, n - 1 - c])]
+            for S, b in entries:
+                beta_S = Bk[S].max(axis=0)
+                if b == c:
+                    bound = max(int((base + upper(P_lo[q] - u, P_hi[q] - u, beta_S)).max()) for u, base in ends)
+                else:
+                    bound = max(int((base + w * beta_S).max()) - (u + w) * beta_K for u, base in ends
+                                for w in (Sc.small[q, b], Sc.large[q, b])) + int(upper(P_lo[q], P_hi[q], beta_K))
+                if bound < 0:
+                    proved.add(((m, q, c), tuple(S), b))
+    return proved
+
+
+def screen_keys(Sc, q: int, m: int, n: int) -> tuple:
+    """`key_bounds` in int64 on the screen's tables: Mx[x], Qx[x] and Bk[k, x] for every k < m."""
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
+    keep = np.arange(len(EUl)) != m
+    EU, EV, PV = EUh[q, keep] - EUl[q, m], (EVh[: m + 1] - EVl[: m + 1, [m]])[:, keep], (PVh - PVl[:, [m]])[:, keep]
+    Pn = PV[: n - 1].max(axis=0)
+    e = [weights(Sc, q, m, np.arange(m + 1), up) for up in (False, True)]
+    eq = [weights(Sc, q, m, q, up) * Sc.pw[up][q, n - 1] for up in (False, True)]
+    Bk = upper(e[0][:, None], e[1][:, None], EU[None, :] + EV + Pn[None, :])
+    return Bk[m], upper(eq[0], eq[1], EU + EV[q] + PV[n - 1]), Bk[:m]
 
 
 def max_weights(tables, q: int, c: int) -> tuple:

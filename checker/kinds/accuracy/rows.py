@@ -37,12 +37,12 @@ def value_bits(n: int) -> int:
     return 31 - (n - 1).bit_length()
 
 
-def value_tables(tables) -> dict:
-    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each below 2^(VB-2) in
-    magnitude so that a sum of the three stays below 2^VB."""
+def value_tables(tables, top: int | None = None) -> dict:
+    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each at most 2^top in
+    magnitude (default VB-2, so that a sum of the three stays below 2^VB)."""
     names = ("EU", "EVOU", "PVOU")
     bits = max(max(abs(int(x)) for x in tables[f"{k}_{e}"].flat).bit_length() for k in names for e in ("lo", "hi"))
-    s = bits - (value_bits(tables["n"]) - 2)
+    s = bits - (value_bits(tables["n"]) - 2 if top is None else top)
     return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
 
 
