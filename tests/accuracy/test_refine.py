@@ -174,6 +174,31 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     assert credited_any > 0
 
 
+def test_coupled_bound_proves_only_correct_inputs(tiny):
+    """rows.coupled over every input of every position pattern: whatever it proves is correct, and it proves
+    every input the top-2 bound proves (it is never looser)."""
+    _, model, T, verdicts = tiny
+    n, v = T["n"], T["v"]
+    values = rows.value_tables(T)
+    proved_any = 0
+    for q in range(v):
+        R = rows.query_rows(T, values, q)
+        Eq = rows.common_exponents(R, q)
+        Dal = rows.align(R.D, Eq[None, None, :] - R.E[:, :, None], True)
+        for m in range(max(q, 1), v):
+            for c in range(1, (n - 1 if q == m else n - 2) + 1):
+                for P in itertools.combinations(range(n - 1), c):
+                    inputs = list(group_inputs(n, m, q, P, itertools.product(range(m), repeat=c)))
+                    tok = np.array(inputs, dtype=np.int64)
+                    proved = rows.coupled(R, Eq, Dal, q, m, P, tok)
+                    assert all(verdicts[t] is True for t, ok in zip(inputs, proved) if ok), (m, q, P)
+                    M = [i for i in range(n - 1) if i not in P]
+                    top2 = rows.fixed_part(R, Eq, q, M, np.array([m]))[0] + sum(Dal[i][tok[:, i], m] for i in P) < 0
+                    assert np.all(proved[top2]), (m, q, P)
+                    proved_any += int(np.count_nonzero(proved))
+    assert proved_any > 0
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^E <= w V <= Hh 2^E and D >= max_{x != m} H[x] - H[m], against exact rationals of
     the integer tables (the same common scale), for every query, position, token and max token."""

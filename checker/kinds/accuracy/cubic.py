@@ -31,7 +31,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     fields(evidence, "evidence", {"strategy", "cases"})
     cases = parse_cases(evidence, model.config.n_ctx, model.config.d_vocab, "hexmask", parse_mask)
     with ob.step("accuracy cubic: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model)
+        tables = integer_tables(B, model, eqke_bounds=False)
     return confirmed_count(tables, cases, dist, ob), "cubic proof"
 
 
@@ -137,17 +137,15 @@ def screened(tables, cases) -> set:
     lens = [len(cases[k]) if k[2] else 1 for k in keys]
     M, Q, C = (np.repeat(np.array([k[j] for k in keys], dtype=np.int64), lens) for j in range(3))
     K = np.array([t for k in keys for t in (cases[k] if k[2] else [0])], dtype=np.int64)
-    e = lambda T, up: weights(S, Q, M, T, up)
-    pw, small, large = S.pw, S.small, S.large
-    query = upper(e(Q, False) * pw[0][Q, n - 1], e(Q, True) * pw[1][Q, n - 1], S.Tq[M, Q])
+    (eQ, eQh), (eM, eMh), (eK, eKh) = ([weights(S, Q, M, T, up) for up in (False, True)] for T in (Q, M, K))
+    pw, small, large, Tm = S.pw, S.small, S.large, S.Tm[M, Q]
+    query = upper(eQ * pw[0][Q, n - 1], eQh * pw[1][Q, n - 1], S.Tq[M, Q])
     ends = []
     for u in (small[Q, n - 1 - C], large[Q, n - 1 - C]):
         lo, hi = small[Q, n - 1] - u, large[Q, n - 1] - u                   # P - u, the non-max positions
-        w_lo = np.where(lo >= 0, e(K, False) * lo, e(K, True) * lo)
-        w_hi = np.where(hi >= 0, e(K, True) * hi, e(K, False) * hi)
-        ends.append(upper(e(M, False) * u, e(M, True) * u, S.Tm[M, Q]) + upper(w_lo, w_hi, S.EUp[M, Q] + S.R[M, K])
-                    + query)
-    all_max = upper(e(M, False) * small[Q, n - 1], e(M, True) * large[Q, n - 1], S.Tm[M, Q]) + query   # c = 0
+        w_lo, w_hi = np.where(lo >= 0, eK * lo, eKh * lo), np.where(hi >= 0, eKh * hi, eK * hi)
+        ends.append(upper(eM * u, eMh * u, Tm) + upper(w_lo, w_hi, S.EUp[M, Q] + S.R[M, K]) + query)
+    all_max = upper(eM * small[Q, n - 1], eMh * large[Q, n - 1], Tm) + query                 # c = 0
     bound = np.where(C > 0, np.maximum(*ends), all_max)
     worst = np.maximum.reduceat(bound, np.cumsum([0] + lens[:-1])) if keys else []
     return {k for k, b in zip(keys, worst) if b < 0}

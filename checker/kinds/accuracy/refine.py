@@ -24,7 +24,6 @@ Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases
 "accuracy refine: mixed cases", "accuracy refine: pattern groups".
 """
 
-import itertools
 import math
 
 import numpy as np
@@ -33,8 +32,8 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
-                                                value_tables)
+from tcert.checker.kinds.accuracy.rows import (align, common_exponents, coupled, decide, exact_correct, fixed_part,
+                                                query_rows, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
@@ -51,7 +50,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], cases, n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model)
+        tables = integer_tables(B, model, eqke_bounds=False)
     values = {}                  # cubic's per-max-token value bounds, shared with the mixed entries
     weight = cubic.confirmed_count(tables, cases, dist, ob, "refine", values)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
@@ -157,38 +156,50 @@ def require_mixed(tables, values, case, K, S, b):
 
 def mixed_screened(tables, cases, mixed) -> set:
     """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
-    per (q, m) from its key rows (`key_bounds` in int64); the rest get the exact evaluation."""
-    Sc, n, proved = screen_tables(tables), tables["n"], set()
-    P_lo, P_hi = Sc.small[:, n - 1], Sc.large[:, n - 1]
-    for (m, q), group in itertools.groupby(sorted(mixed.items()), key=lambda item: item[0][:2]):
-        Mx, Qx, Bk = screen_keys(Sc, q, m, n)
-        for (_, _, c), entries in group:
-            K = np.array(cases.get((m, q, c), []), dtype=np.int64)
-            beta_K = int(upper(*(weights(Sc, q, m, K, up) for up in (False, True)), Sc.EUp[m, q] + Sc.R[m, K]).max()) \
-                if len(K) else 0
-            ends = [(u, u * Mx + Qx) for u in (Sc.small[q, n - 1 - c], Sc.large[q, n - 1 - c])]
-            for S, b in entries:
-                beta_S = Bk[S].max(axis=0)
-                if b == c:
-                    bound = max(int((base + upper(P_lo[q] - u, P_hi[q] - u, beta_S)).max()) for u, base in ends)
-                else:
-                    bound = max(int((base + w * beta_S).max()) - (u + w) * beta_K for u, base in ends
-                                for w in (Sc.small[q, b], Sc.large[q, b])) + int(upper(P_lo[q], P_hi[q], beta_K))
-                if bound < 0:
-                    proved.add(((m, q, c), tuple(S), b))
-    return proved
-
-
-def screen_keys(Sc, q: int, m: int, n: int) -> tuple:
-    """`key_bounds` in int64 on the screen's tables: Mx[x], Qx[x] and Bk[k, x] for every k < m."""
+    every entry at once (`key_bounds` and `key_bound` on the screen's tables); the rest get the exact
+    evaluation."""
+    Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
+    flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
+    if not flat:
+        return set()
+    (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
+    cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
-    keep = np.arange(len(EUl)) != m
-    EU, EV, PV = EUh[q, keep] - EUl[q, m], (EVh[: m + 1] - EVl[: m + 1, [m]])[:, keep], (PVh - PVl[:, [m]])[:, keep]
+    PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    e = [weights(Sc, q, m, np.arange(m + 1), up) for up in (False, True)]
-    eq = [weights(Sc, q, m, q, up) * Sc.pw[up][q, n - 1] for up in (False, True)]
-    Bk = upper(e[0][:, None], e[1][:, None], EU[None, :] + EV + Pn[None, :])
-    return Bk[m], upper(eq[0], eq[1], EU + EV[q] + PV[n - 1]), Bk[:m]
+    EU = lambda Q, M: np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
+    EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
+    e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
+    Mx = upper(*e(Q, M, M), EU(Q, M) + EV(M, M) + np.take_along_axis(Pn[M], cols[M], 1))
+    eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
+    Qx = upper(*eq, EU(Q, M) + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    lens = [len(S) for _, S, _ in flat]
+    R = np.repeat(np.arange(len(flat)), lens)
+    T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
+    Bk = upper(*e(Q[R], M[R], T), EU(Q[R], M[R]) + EV(T, M[R]) + np.take_along_axis(Pn[M[R]], cols[M[R]], 1))
+    beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
+    beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    pure, corners = [], []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
+                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
+    return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
+
+
+def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
+    """Per entry, `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t]) over the
+    case's cubic set K (0 when K is empty)."""
+    Ks = [cases.get(case, []) for case, _, _ in flat]
+    lens = [max(len(K), 1) for K in Ks]
+    R = np.repeat(np.arange(len(flat)), lens)
+    T = np.array([k for K in Ks for k in (K or [0])], dtype=np.int64)
+    lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
+    terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
+    return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))
 
 
 def max_weights(tables, q: int, c: int) -> tuple:
@@ -282,28 +293,42 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
 def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     """(summed weight numerators, number) of the inputs of group (m, q, P) outside K^P that rule "d" proves
     correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`, the top-2 bound of each free position; all
-    aligned to one exponent); and for rule "e" the inputs it leaves, to be decided one by one (token rows,
-    P, the fixed positions' weight), else None."""
+    aligned to one exponent); rule "e" adds the inputs `rows.coupled` proves (with |P| <= 2 it tries every
+    filling: it is never looser than the top-2 bound) and returns the inputs left, to be decided one by one
+    (token rows, P, the fixed positions' weight), else None."""
     (m, q, P), (rows, Eq, Dal) = group, query
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
-    theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
-    betas = [Dal[i][:m, m] for i in P]
-    free = [np.arange(m)] * len(P)
     fixed_w = math.prod(dist.a[i][t] for i, t in [(i, m) for i in M] + [(n - 1, q)]) if m >= dist.m0 else 0
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
+    if rule == "e" and 0 < len(P) <= 2:      # every filling at once (m^2 at most): the coupled bound, never looser
+        grid = np.stack(np.meshgrid(*[np.arange(m)] * len(P), indexing="ij"), axis=-1).reshape(-1, len(P))
+        return coupled_credit(rows, Eq, Dal, (m, q, P), grid[~np.all(inK[grid], axis=1)], dist, fixed_w, n)
+    theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
+    betas = [Dal[i][:m, m] for i in P]
+    free = [np.arange(m)] * len(P)
     counted, weight, failing = separable(betas, free, theta, dist, P)
     if K:
         k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
         counted, weight = counted - k_counted, weight - k_weight
     if rule != "e" or not len(failing):
         return weight * fixed_w, counted, None
-    failing = failing[~np.all(inK[failing], axis=1)] if P else failing
-    tok = np.full((len(failing), n), m)
+    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[~np.all(inK[failing], axis=1)] if P else failing,
+                                   dist, fixed_w, n)
+    return weight * fixed_w + w, counted + more, left
+
+
+def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
+    """(summed weight numerators, number) of the fillings of group (m, q, P) that `rows.coupled` proves
+    correct, and the rest as `pattern_credit`'s inputs left to decide one by one (None if none)."""
+    m, q, P = group
+    tok = np.full((len(fillings), n), m)
     tok[:, n - 1] = q
-    tok[:, list(P)] = failing
-    return weight * fixed_w, counted, (tok, P, fixed_w)
+    tok[:, list(P)] = fillings
+    proved = coupled(rows, Eq, Dal, q, m, P, tok)
+    left = (tok[~proved], P, fixed_w) if not np.all(proved) else None
+    return fixed_w * rows_weight(dist, tok[proved], P), int(np.count_nonzero(proved)), left
 
 
 def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
@@ -317,11 +342,14 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
         verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
     weight, start = 0, 0
     for t, P, fixed_w in pending:
-        good = t[verdict[start:start + len(t)] == 1]
+        weight += fixed_w * rows_weight(dist, t[verdict[start:start + len(t)] == 1], P)
         start += len(t)
-        weight += fixed_w * (len(good) if dist.unit else
-                             sum(math.prod(dist.a[i][row[i]] for i in P) for row in good.tolist()))
     return weight, int(np.count_nonzero(verdict == 1)), len(tok)
+
+
+def rows_weight(dist, tok, P) -> int:
+    """The summed weight numerators of the free positions P over the inputs tok (their number, uniformly)."""
+    return len(tok) if dist.unit else sum(math.prod(dist.a[i][row[i]] for i in P) for row in tok.tolist())
 
 
 def separable(betas, tokens, theta: int, dist, P) -> tuple:

@@ -76,7 +76,7 @@ def interval_tables(B, model, eqke: bool = True) -> dict:
 
 # -------------------------------------------------------------------------------------- integer tables
 
-def integer_tables(B, model, eqke: bool = True, eqke_bounds: bool = False) -> dict:
+def integer_tables(B, model, eqke: bool = True, eqke_bounds: bool = True) -> dict:
     """Integer bounds of EU, EVOU, PVOU (and of EQKE itself when `eqke_bounds`) and of the attention
     numerators (e from EQKE only when `eqke`), from one rigorous pass ("intervals" keeps the interval
     matrices, for the subcubic score splits).
