@@ -33,13 +33,14 @@ from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
 from tcert.checker.kinds.accuracy.rows import (align, common_exponents, coupled, decide, exact_correct, fixed_part,
-                                                query_rows, value_tables)
+                                                fixed_terms, query_rows, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
+GRID_ELEMENTS = 1 << 22       # rule "e" grids (`coupled_groups`): elements per chunk of groups
 
 
 def certified(B, model, evidence, dist, ob) -> tuple:
@@ -276,12 +277,18 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
         for q, groups in sorted(by_query.items()):
             rows = query_rows(tables, values, q)
             Eq = common_exponents(rows, q)
-            query, pending = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), []
-            for group, rule in groups:
-                w, counted, left = pattern_credit(tables, query, group, cases.get(group[:2] + (len(group[2]),), []),
-                                                  rule, dist)
+            query, pending, batches = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), [], {}
+            for (m, _, P), rule in groups:
+                K = cases.get((m, q, len(P)), [])
+                if rule == "e" and 0 < len(P) <= 2:
+                    batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P)))
+                    continue
+                w, counted, left = pattern_credit(tables, query, (m, q, P), K, rule, dist)
                 weight, tally[0] = weight + w, tally[0] + counted
                 pending += [left] if left else []
+            for P, batch in batches.items():
+                w, counted, left = coupled_groups(query, q, P, batch, dist)
+                weight, tally[0], pending = weight + w, tally[0] + counted, pending + left
             w, counted, decided = decided_weight(tables, rows, q, pending, dist)
             weight, tally = weight + w, tally + (counted, decided)
         fig["pattern groups"] = len(patterns)
@@ -299,12 +306,12 @@ def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     (m, q, P), (rows, Eq, Dal) = group, query
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
-    fixed_w = math.prod(dist.a[i][t] for i, t in [(i, m) for i in M] + [(n - 1, q)]) if m >= dist.m0 else 0
+    fixed_w = fixed_weight(dist, m, q, P)
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
-    if rule == "e" and 0 < len(P) <= 2:      # every filling at once (m^2 at most): the coupled bound, never looser
-        grid = np.stack(np.meshgrid(*[np.arange(m)] * len(P), indexing="ij"), axis=-1).reshape(-1, len(P))
-        return coupled_credit(rows, Eq, Dal, (m, q, P), grid[~np.all(inK[grid], axis=1)], dist, fixed_w, n)
+    if rule == "e" and 0 < len(P) <= 2:      # every filling at once: the coupled bound, never looser than top-2
+        w, counted, left = coupled_groups(query, q, P, [(m, K, fixed_w)], dist)
+        return w, counted, left[0] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
     free = [np.arange(m)] * len(P)
@@ -317,6 +324,61 @@ def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     w, more, left = coupled_credit(rows, Eq, Dal, group, failing[~np.all(inK[failing], axis=1)] if P else failing,
                                    dist, fixed_w, n)
     return weight * fixed_w + w, counted + more, left
+
+
+def fixed_weight(dist, m: int, q: int, P) -> int:
+    """The weight numerator of the positions a group (m, q, P) fixes (m outside P, q at n-1; 0 below m0)."""
+    n = dist.n
+    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q] if m >= dist.m0 else 0
+
+
+def coupled_groups(query, q: int, P, groups, dist) -> tuple:
+    """Rule "e" for the groups [(m, K, fixed weight), ...] of one query q and one position pattern P with
+    |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
+    of `rows.coupled` on the grid of fillings below m outside K^P. Returns (summed weight numerators, number)
+    of the fillings it proves and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
+    rows, Eq, Dal = query
+    n, v = rows.E.shape
+    step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
+    weight, counted, left = 0, 0, []
+    for s in range(0, len(groups), step):
+        chunk = groups[s:s + step]
+        ms = np.array([m for m, _, _ in chunk])
+        ax = lambda j, first: (first,) + tuple(v if k == j else 1 for k in range(len(P)))
+        inK = np.zeros((len(ms), v), dtype=bool)
+        for g, (_, K, _) in enumerate(chunk):
+            inK[g, K] = True
+        valid, all_K = np.ones((len(ms),) + (v,) * len(P), dtype=bool), True
+        for j in range(len(P)):
+            valid &= np.arange(v).reshape(ax(j, 1)) < ms.reshape(ax(-1, len(ms)))
+            all_K = all_K & inK.reshape(ax(j, len(ms)))
+        valid &= ~all_K
+        F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
+        proved = np.zeros_like(valid)
+        for j, p in enumerate(P):
+            A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
+                      np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
+            A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
+            proved |= A.max(axis=2).reshape(ax(j, len(ms))) + sum(
+                (Dal[i][:, ms].T.reshape(ax(k, len(ms))) for k, i in enumerate(P) if k != j), np.int64(0)) < 0
+        good, rest = valid & proved, valid & ~proved
+        fixed = [f for _, _, f in chunk]
+        counted += int(np.count_nonzero(good))
+        free = good.reshape(len(ms), -1).sum(axis=1)
+        if not dist.unit:                            # the free positions' weights, contracted axis by axis
+            free = good.astype(object)
+            for i in reversed(P):
+                free = free @ dist.arrays[i]
+        weight += sum(f * int(t) for f, t in zip(fixed, free))
+        idx = np.nonzero(rest)
+        for g in np.unique(idx[0]):
+            sel = idx[0] == g
+            tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
+            tok[:, n - 1] = q
+            for j, p in enumerate(P):
+                tok[:, p] = idx[j + 1][sel]
+            left.append((tok, P, fixed[g]))
+    return weight, counted, left
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
