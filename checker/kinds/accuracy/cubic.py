@@ -35,15 +35,17 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     return confirmed_count(tables, cases, dist, ob), "cubic proof"
 
 
+HEX = frozenset("0123456789abcdef")
+
+
 def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
     """The non-max tokens a case's hexmask claims ([] for c = 0, whose mask must be 1)."""
-    if not isinstance(mask, str) or not 1 <= len(mask) <= v // 4 + 2 or \
-            any(ch not in "0123456789abcdef" for ch in mask):
+    if not isinstance(mask, str) or not 1 <= len(mask) <= v // 4 + 2 or not HEX.issuperset(mask):
         raise BadInput(f"{where}.mask: must be a lowercase hex string")
     bits = int(mask, 16)
     if (c == 0 and bits != 1) or (c > 0 and not 0 < bits < (1 << m)):
         raise BadInput(f"{where}.mask: must be 1 for c = 0, else a non-empty subset of tokens below m")
-    return [k for k in range(m) if bits >> k & 1] if c else []
+    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"] if c else []     # bit k from the right
 
 
 def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None) -> int:

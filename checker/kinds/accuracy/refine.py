@@ -63,12 +63,12 @@ def certified(B, model, evidence, dist, ob) -> tuple:
 
 def token_set(mask, where: str, m: int) -> list:
     """The tokens of a lowercase hex mask: a non-empty subset of [0, m)."""
-    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or any(ch not in "0123456789abcdef" for ch in mask):
+    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or not cubic.HEX.issuperset(mask):
         raise BadInput(f"{where}: must be a lowercase hex string")
     bits = int(mask, 16)
     if not 0 < bits < (1 << m):
         raise BadInput(f"{where}: must be a non-empty subset of the tokens below m = {m}")
-    return [k for k in range(m) if bits >> k & 1]
+    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"]                 # bit k from the right
 
 
 def parse_mixed(entries, cases: dict, n: int, v: int) -> dict:
