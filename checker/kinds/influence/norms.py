@@ -42,6 +42,16 @@ def max_row_dists(B, arr, centers) -> list:
     return [B.upper(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
 
 
+def row_dists(B, arr, center) -> list:
+    """Upper bounds of ||arr[r] - center||_2 for every row r of an interval matrix (center: a list of interval
+    scalars): the differences first, so a row near the centre keeps its relative accuracy."""
+    diff, out = arr - B.matrix([list(center)] * arr.shape[0]), []
+    for blk in _row_blocks(B, diff):
+        g = (blk @ blk.T).rows()
+        out += [B.upper(B.sqrt(B.num(max(B.upper(g[i][i]), Fraction(0))))) for i in range(blk.shape[0])]
+    return out
+
+
 def max_row_dist(B, arr, center=None) -> Fraction:
     """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array."""
     return max_row_dists(B, arr, [center])[0]
