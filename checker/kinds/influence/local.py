@@ -34,6 +34,8 @@ def supported(cfg):
     if cfg.n_layers != 1 or not (cfg.parallel_attn_mlp or cfg.attn_only) or cfg.positional_embedding_type == "standard":
         raise BadInput("claim.local: only 1-layer models with parallel or attention-only blocks and rotary or no "
                        "positions (docs/influence.md, 'Local certificates')")
+    if cfg.llama_pieces():
+        raise BadInput(f"claim.local: {', '.join(cfg.llama_pieces())} not covered by the local rule (the global claim covers them)")
 
 
 def head_view(B, model, tokens, h, X_all, div) -> dict:

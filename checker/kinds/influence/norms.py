@@ -57,9 +57,10 @@ def max_row_dist(B, arr, center=None) -> Fraction:
     return max_row_dists(B, arr, [center])[0]
 
 
-def min_centred_norms(B, arr, offsets) -> list:
+def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
-    centring projection I - 11^T/d: ||P z||^2 = ||z||^2 - (sum z)^2 / d with z = arr[r] + c, blockwise."""
+    centring projection I - 11^T/d (centred False: P = I, for RMSNorm): ||P z||^2 = ||z||^2 - (sum z)^2 / d
+    with z = arr[r] + c, blockwise."""
     d = arr.shape[1]
     cols = B.matrix([list(c) for c in offsets]).T
     ones = B.array(np.ones((d, 1)))
@@ -68,7 +69,7 @@ def min_centred_norms(B, arr, offsets) -> list:
     for blk in _row_blocks(B, arr):
         g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - (s[i][0] + c_sum[j][0]) ** 2 / d)
+            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - centred * (s[i][0] + c_sum[j][0]) ** 2 / d)
                       for i in range(blk.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
