@@ -69,7 +69,7 @@ def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     for blk in _row_blocks(B, arr):
         g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - centred * (s[i][0] + c_sum[j][0]) ** 2 / d)
+            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
                       for i in range(blk.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
