@@ -247,6 +247,7 @@ def _exact_bitlen(mag):
 
 
 LOW_BITS = 44            # the low word of `_fine_total`: units of 2^-44 of the high word's unit
+EXACT_SUMS = 128         # bits at which two-part ends (106 bits at most) are summed exactly into Arb
 
 
 def split_bounds(x):
@@ -487,13 +488,7 @@ def to_arb_mat(bounds):
             return flint.arb_mat(m, n)
         low, high = (flint.arb_mat(m, n, e) for e in ends)
     else:
-        lo, hi = (_parts(e) for e in bounds)
-        m, n = lo[0].shape
-        point = hi is lo or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi)))
-        base = 0
-        if not m or not n:
-            return flint.arb_mat(m, n)
-        low, high = (_arb_sum(flint, m, n, e) for e in ((lo, lo) if point else (lo, hi)))
+        return _parts_to_arb(flint, *(_parts(e) for e in bounds))
     width = None if point else high - low
     if base:
         two = flint.arb(2) ** base                   # a power of two: exact
@@ -508,6 +503,29 @@ def _arb_sum(flint, m: int, n: int, parts):
         if p.any():
             total = total + flint.arb_mat(m, n, p.ravel().tolist())
     return total
+
+
+def _parts_to_arb(flint, lo, hi):
+    """The arb_mat of balls containing [lo, hi] (ends as tuples of float64 parts): the ends summed, and
+    the ball mid + rad [-1, 1] (mid, rad = half the sum and difference of the ends) formed, at
+    EXACT_SUMS bits, where the sums of two parts are exact (else Arb encloses them), then rounded once
+    to the working precision by Arb (a product with the exact 1): one rounding, as Arb's own products."""
+    m, n = lo[0].shape
+    if not m or not n:
+        return flint.arb_mat(m, n)
+    point = hi is lo or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi)))
+    work = flint.ctx.prec
+    flint.ctx.prec = max(work, EXACT_SUMS)
+    try:
+        low = _arb_sum(flint, m, n, lo)
+        if point:
+            ball = low
+        else:
+            high = _arb_sum(flint, m, n, hi)
+            ball = (low + high) * flint.arb(0.5) + (high - low) * flint.arb(0.5) * flint.arb(-1).union(flint.arb(1))
+    finally:
+        flint.ctx.prec = work
+    return ball * flint.arb(1)
 
 
 def to_mpf_rows(bounds) -> list:
