@@ -263,6 +263,8 @@ def split_bounds(x):
         rows = slice(start, start + step)
         low = _fine_total(ends[0], rows)
         high = low if ends[1] is ends[0] else _fine_total(ends[1], rows)
+        if low is None or high is None:
+            return None
         for side, (hi_word, lo_word, e_row, e_col, below, above), up in ((0, low, False), (1, high, True)):
             exp = e_row[:, None] + e_col[None, :] + np.zeros(hi_word.shape, np.int64)
             parts = _split_words(*_normalise(hi_word, lo_word + above if up else lo_word - below), exp, up)
@@ -288,7 +290,7 @@ def _fine_total(x: Exact, rows):
     (an arithmetic shift) to X and its remainder, in [0, 2^shift), to the low word in units of
     2^-LOW_BITS (exact) when shift <= LOW_BITS; a smaller term goes to the low word whole, floored
     (one unit to `above`), or is skipped when below one low unit (one unit to `below` and `above`).
-    The low word's bound (terms 2^44 plus the floored terms' bounds) is checked below 2^62."""
+    The low word's bound (terms 2^44 plus the floored terms' bounds) must stay below 2^62, else None."""
     e_row, e_col = x.row_scale[rows], x.col_scale
     shape = (len(e_row), len(e_col))
     hi_word, lo_word = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
@@ -319,7 +321,8 @@ def _fine_total(x: Exact, rows):
             lo_word += part >> (shift - LOW_BITS)
             above += 1
             low_bound += (b >> (shift - LOW_BITS)) + 1
-    _require(low_bound < ACC_LIMIT, "the low word could overflow")
+    if low_bound >= ACC_LIMIT:        # the low word could have overflowed: not used (float_bounds instead)
+        return None
     return hi_word, lo_word, e_row + (top - sigma - LOW_BITS), e_col, below, above
 
 
