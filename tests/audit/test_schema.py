@@ -78,18 +78,9 @@ def invalid_as_kind(doc, kind) -> bool:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    """The harness's tiny cases and a local influence certificate (claim form {"local": ...}, evidence {})."""
-    from tcert.checker.modelfile import load_model
-    from tcert.generator.influence import toy_model
-    from tcert.generator.influence.local import local_certificate
-    from tcert.generator.model.files import save_model
-    work = tmp_path_factory.mktemp("schema")
-    path = str(work / "local.safetensors")
-    save_model(path, *toy_model(n_layers=1, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8,
-                                scale=0.3, eps="1/10", rotary=True, parallel=True, seed=4))
-    cert, info = local_certificate(load_model(path), [2, 2, 2, 2, 2])
-    assert cert is not None, info
-    return M.tiny_cases(str(work)) + [M.Case("influence", "tiny local rotary parallel", cert, path, None)]
+    """The harness's tiny cases (every kind, method, strategy and claim form: a local influence certificate,
+    claim {"local": ...} and evidence {}, among them)."""
+    return M.tiny_cases(str(tmp_path_factory.mktemp("schema")))
 
 
 def test_the_schema_is_draft_2020_12_with_one_definition_per_kind():
