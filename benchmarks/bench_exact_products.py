@@ -13,7 +13,10 @@ at 64 bits; `chained` = +-2^-40 relative, as after earlier rounded steps) with t
 s + t < keep multiplied exactly, keep 2 and 3, each with the float64 exit (`float_bounds`); the
 result's way into Arb (from float64 bounds, or rounded to 62 bits by `round_out`, then
 `to_arb_mat`); python-flint's arb_mat product of the same floats at 64 bits; the one-time cost of
-cutting the weight matrix; and the median relative width of each enclosure.
+cutting the weight matrix; and the median relative width of each enclosure. The interval x point
+product by a grid and envelopes, `round_out` and the Rounded way into Arb are no longer on a verdict
+path (the checker multiplies an interval's ends as point matrices, `exact_backend`); they live in
+`tcert.testing.exact_reference` and are measured here as before.
 Then: building one 512 x 30522 Arb matrix from stored floats the current way (nested tolist, one
 arb per entry) against a flat list, and against not building it (cutting it for the layer instead).
 
@@ -33,6 +36,7 @@ import flint  # noqa: E402
 
 from tcert.checker import exact_products as ep  # noqa: E402
 from tcert.checker import exact_rounding as er  # noqa: E402
+from tcert.testing import exact_reference as xr  # noqa: E402
 
 SHAPES = {"unembed": (64, 512, 30522), "mlp": (1536, 512, 2048)}
 
@@ -79,23 +83,23 @@ def bench_shape(name, shape, repeat, skip_arb):
     t_f64, exact = best(ref, max(repeat, 5))
     bits = ep.bits_for(k)
     t_cut, _, wcut = against(lambda: ep.cut_cols(w, bits), ref, 1)
-    t_upper, _, _ = against(lambda: wcut.abs_upper, ref, 1)
+    t_upper, _, _ = against(lambda: xr.abs_upper(wcut), ref, 1)
     rows = [("float64 numpy product", t_f64, 1.0, None)]
     t, q, c = against(lambda: ep.point_product(ep.cut_rows(a, bits), wcut), ref, repeat)
     rows.append(("exact point product (all digit pairs)", t, q, None))
     t, q, (lo, hi) = against(lambda: er.float_bounds(ep.point_product(ep.cut_rows(a, bits), wcut)), ref, repeat)
     rows.append(("  + float64 exit (float_bounds)", t, q, width(lo, hi, exact)))
     for label, rel in (("narrow", 2.0 ** -60), ("chained", 2.0 ** -40)):
-        x = ep.Interval(a - np.abs(a) * rel, a + np.abs(a) * rel)
+        x = xr.Interval(a - np.abs(a) * rel, a + np.abs(a) * rel)
         for keep in (2, 3):
-            t, q, (lo, hi) = against(lambda: er.float_bounds(ep.interval_product(x, wcut, keep)), ref, repeat)
+            t, q, (lo, hi) = against(lambda: er.float_bounds(xr.interval_product(x, wcut, keep)), ref, repeat)
             rows.append((f"interval x point, {label}, keep {keep}, + float64 exit", t, q, width(lo, hi, exact)))
-    x = ep.Interval(a - np.abs(a) * 2.0 ** -60, a + np.abs(a) * 2.0 ** -60)
-    r = ep.interval_product(x, wcut)
+    x = xr.Interval(a - np.abs(a) * 2.0 ** -60, a + np.abs(a) * 2.0 ** -60)
+    r = xr.interval_product(x, wcut)
     flint.ctx.prec = 64
-    t, q, _ = against(lambda: er.to_arb_mat(er.float_bounds(r)), ref, 1)
+    t, q, _ = against(lambda: xr.to_arb_mat(er.float_bounds(r)), ref, 1)
     rows.append(("interval result into Arb: float_bounds + to_arb_mat", t, q, None))
-    t, q, _ = against(lambda: er.to_arb_mat(er.round_out(r, 62)), ref, 1)
+    t, q, _ = against(lambda: xr.to_arb_mat(xr.round_out(r, 62)), ref, 1)
     rows.append(("interval result into Arb: round_out(62) + to_arb_mat", t, q, None))
     if not skip_arb:
         t, q, warb = against(lambda: current_arb(w), ref, 1)

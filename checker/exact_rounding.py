@@ -1,161 +1,27 @@
 """Leaving the exact layer (`exact_products`): each result is rounded outward once, by exact
 integer and float operations, and handed to the interval libraries; and the way in from them.
 
-* `round_out(x, prec)`: floor and ceiling of every entry at `prec` significant bits (int64
-  mantissas up to 62 bits, Python ints beyond), from the exact base-2^unit digits of the value.
-* `float_bounds(x)`: float64 lower and upper bounds, in a few passes over the result; the fast way
-  out for work that stays in numpy (column bounds, comparisons).
 * `split_bounds(x)`: each bound as two float64 parts with an exact sum, within a few units of
   2^-105 of the chunk's scale: the way out that keeps Arb's working precision (the default exit).
-* `to_arb_mat`, `to_mpf_rows`: the endpoints enter python-flint or mpmath exactly (doubles or
-  integers with a common power of two); Arb forms the ball with its own outward rounding.
-* `interval_from_arb`, `interval_from_mpf`: ball or interval endpoints rounded outward to float64;
-  `ends_from_arb`, `ends_from_mpf`: the same as two float64 parts per end (the layer's interval
-  operands: a 64-bit endpoint is held exactly).
-These functions and the two way-in ones are the only places the layer touches flint or mpmath.
+* `float_bounds(x)`: float64 lower and upper bounds, in a few passes over the result; the exit
+  where two parts would leave the float range.
+* `to_arb_mat`, `to_mpf_rows`: the endpoints enter python-flint or mpmath exactly (float64 parts,
+  summed by Arb at EXACT_SUMS bits or by mpmath's exact `mpf_add`).
+* `ends_from_arb`, `ends_from_mpf`: ball or interval endpoints as two float64 parts per end (the
+  layer's interval operands: a 64-bit endpoint is held exactly).
+These four are the only places the layer touches flint or mpmath.
 """
 
 import math
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
-from tcert.checker.exact_products import ACC_LIMIT, MIN_EXP, SAFE, Exact, Interval, _require, _scaled
+from tcert.checker.exact_products import ACC_LIMIT, MIN_EXP, SAFE, Exact, _require, _scaled
 
 CACHE_CHUNK = 1 << 15     # entries per chunk when rounding (cache-sized temporaries)
 
 # --- one outward rounding -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Rounded:
-    """lo_man 2^lo_exp <= value <= hi_man 2^hi_exp entrywise (int64 arrays; object arrays of Python
-    ints above 62 bits)."""
-
-    lo_man: np.ndarray
-    lo_exp: np.ndarray
-    hi_man: np.ndarray
-    hi_exp: np.ndarray
-
-
-def _bitlen(mag):
-    """Bit lengths of int64 magnitudes below 2^53 (frexp of an exactly converted integer)."""
-    return np.frexp(mag.astype(np.float64))[1].astype(np.int64)
-
-
-def _floor_shift(v, sh):
-    """floor(v 2^sh) entrywise for int64 v (|v| < 2^62) and int64 shifts of either sign; arithmetic
-    right shift is floor (clipped at 63, already floor). Callers keep left-shifted results < 2^62."""
-    return np.where(sh >= 0, np.left_shift(v, np.clip(sh, 0, 62)), np.right_shift(v, np.clip(-sh, 0, 63)))
-
-
-def _settle(acc, bounds, q, unit):
-    """Move all but the low `unit` bits of position q into position q + 1 (exact; keeps |acc| < 2^62)."""
-    if bounds[q + 1] + (bounds[q] >> unit) + 1 >= ACC_LIMIT:
-        _settle(acc, bounds, q + 1, unit)
-    acc[q + 1] += acc[q] >> unit
-    acc[q] &= (1 << unit) - 1
-    bounds[q + 1] += (bounds[q] >> unit) + 1
-    bounds[q] = (1 << unit) - 1
-
-
-def _limbs(x: Exact, rows):
-    """For rows `rows` of x: the base-2^unit digits of |value| (least significant first, each in
-    [0, 2^unit)), the sign (True: negative) and the offset of digit 0. Terms are added per offset
-    (settling a position before it could overflow), carries propagated with floor shifts (the last
-    carry is 0 or -1), and a negative value (carry -1, two's complement) complemented."""
-    u, base = x.unit, min(o for o, _, _, _ in x.terms)
-    npos = (max(o for o, _, _, _ in x.terms) - base) // u + 64 // u + 3
-    shape = (rows.stop - rows.start, x.shape[1])
-    acc, bounds = [np.zeros(shape, dtype=np.int64) for _ in range(npos)], [0] * npos
-    for o, m, b, sg in x.terms:
-        q = (o - base) // u
-        if bounds[q] + b >= ACC_LIMIT:
-            _settle(acc, bounds, q, u)
-        acc[q] += sg * m[rows].astype(np.int64)
-        bounds[q] += b
-    mask, carry = (1 << u) - 1, np.zeros(shape, dtype=np.int64)
-    for q in range(npos):
-        t = acc[q] + carry
-        acc[q], carry = t & mask, t >> u
-    _require(np.all((carry == 0) | (carry == -1)), "a carry did not settle")
-    neg, c = carry < 0, (carry < 0).astype(np.int64)
-    for q in range(npos):
-        t = np.where(neg, mask - acc[q], acc[q]) + c
-        acc[q], c = t & mask, t >> u
-    _require(not c.any(), "a magnitude outgrew its digits")
-    return acc, neg, base
-
-
-def _round_rows(x: Exact, rows, prec: int):
-    """(lo_man, hi_man, exp) for rows of x: floor and ceiling of |value| at `prec` bits, signed.
-    Digits occupy disjoint bits, so floor(|v| / 2^s) is the sum of each digit's floor-shifted part,
-    and the remainder is nonzero iff some digit has a bit below s."""
-    digits, neg, base = _limbs(x, rows)
-    u = x.unit
-    msb = np.full(neg.shape, -1, dtype=np.int64)
-    for q in range(len(digits) - 1, -1, -1):
-        msb = np.where((msb < 0) & (digits[q] != 0), q * u + _bitlen(digits[q]) - 1, msb)
-    scale = base + x.row_scale[rows, None] + x.col_scale[None, :]
-    shift = np.maximum(msb + 1 - prec, 0)
-    floor, rest = np.zeros(neg.shape, dtype=np.int64), np.zeros(neg.shape, dtype=bool)
-    for q, d in enumerate(digits):
-        floor += _floor_shift(d, q * u - shift)
-        rest |= (d & (np.left_shift(1, np.clip(shift - q * u, 0, u)) - 1)) != 0
-    up = floor + rest
-    return np.where(neg, -up, floor), np.where(neg, -floor, up), shift + scale
-
-
-def _round_exact(x: Exact, prec: int):
-    """(lo_man, hi_man, exp): x rounded outward to `prec` <= 62 bits, in chunks of rows."""
-    m, n = x.shape
-    lo, hi, ex = (np.zeros((m, n), dtype=np.int64) for _ in range(3))
-    if x.terms:
-        step = max(1, CACHE_CHUNK // max(1, n))
-        for start in range(0, m, step):
-            rows = slice(start, min(m, start + step))
-            lo[rows], hi[rows], ex[rows] = _round_rows(x, rows, prec)
-    return lo, hi, ex
-
-
-def round_out(x, prec: int) -> Rounded:
-    """x (Exact or ExactInterval) rounded outward once to `prec` significant bits per entry: int64
-    mantissas up to 62 bits, Python ints (from `exact_integers`) beyond."""
-    _require(prec >= 2, f"rounding to {prec} bits")
-    ends = (x, x) if isinstance(x, Exact) else (x.lo, x.hi)
-    if prec > 62:
-        low = _round_big(ends[0], prec)
-        return Rounded(*low[:2], *(low if ends[1] is ends[0] else _round_big(ends[1], prec))[2:])
-    lo, hi, lo_e = _round_exact(ends[0], prec)
-    if ends[1] is ends[0]:
-        return Rounded(lo, lo_e, hi, lo_e)
-    _, hi, hi_e = _round_exact(ends[1], prec)
-    return Rounded(lo, lo_e, hi, hi_e)
-
-
-def _round_big(x: Exact, prec: int):
-    """(lo_man, lo_exp, hi_man, hi_exp) as object arrays: floor and ceiling at `prec` bits in Python."""
-    ints, exps = exact_integers(x)
-    out = [np.empty(x.shape, dtype=object) for _ in range(4)]
-    for (i, j), v in np.ndenumerate(ints):
-        s = max(abs(v).bit_length() - prec, 0)
-        e = int(exps[i, j]) + s
-        out[0][i, j], out[1][i, j], out[2][i, j], out[3][i, j] = v >> s, e, -((-v) >> s), e
-    return out
-
-
-def exact_integers(x: Exact):
-    """(N, e): an object array of Python ints and an int64 array with value = N 2^e exactly."""
-    m, n = x.shape
-    if not x.terms:
-        return np.zeros((m, n), dtype=object), np.zeros((m, n), dtype=np.int64)
-    digits, neg, base = _limbs(x, slice(0, m))
-    total = np.zeros((m, n), dtype=object)
-    for d in reversed(digits):
-        total = (total << x.unit) + d.astype(object)
-    exps = base + x.row_scale[:, None] + x.col_scale[None, :] + np.zeros((m, n), np.int64)
-    return np.where(neg, -total, total), exps
-
 
 def float_bounds(x):
     """(lo, hi) float64 arrays with lo <= value <= hi, for x an Exact or ExactInterval, by exact
@@ -382,8 +248,11 @@ def ends_from_arb(mat):
     <= hi1 + hi2, the same pair twice (lo is hi) when the matrix is certainly a point with exact
     two-part entries. Points: p1 = float(x) (nearest), the rest x - p1 by Arb and float() of it,
     and Arb's exact equality (arb_mat ==, true only for equal exact points) confirms p1 + p2 = x;
-    otherwise each end as two parts rounded outward (`interval_from_arb` applied to the end and then
-    to its rest). ValueError when an entry is not finite."""
+    otherwise each end as two parts rounded outward: each end is an exact Arb point (`lower()` /
+    `upper()` round outward), python-flint's float() of it is Arb's correctly rounded (to nearest)
+    arf_get_d, so one `nextafter` step outward (exact) bounds it; the same for its rest. An end beyond
+    the float range converts to +-inf and steps to the largest float on the inner side (saturated
+    outward). ValueError when an entry is not finite."""
     import flint
 
     m, n = mat.nrows(), mat.ncols()
@@ -443,60 +312,13 @@ def _end_float(man: int, exp: int, up: bool) -> float:
         return (math.inf if m > 0 else -big) if up else (big if m > 0 else -math.inf)
 
 
-def interval_from_arb(mat) -> Interval:
-    """The endpoints of a python-flint arb_mat, rounded outward to float64. Each end is an exact Arb
-    point (`lower()` / `upper()` round outward); python-flint's float() of it is Arb's correctly
-    rounded (to nearest) arf_get_d, so the end lies between the floats adjacent to it, and one
-    `nextafter` step outward (exact, no rounding) bounds it. An end beyond the float range converts
-    to +-inf and steps to the largest float on the inner side (saturated outward)."""
-    m, n = mat.nrows(), mat.ncols()
-    entries = mat.entries()
-    if not all(x.is_finite() for x in entries):
-        raise ValueError("a ball is not finite")
-    lo = np.array([float(x.lower()) for x in entries], dtype=np.float64).reshape(m, n)
-    hi = np.array([float(x.upper()) for x in entries], dtype=np.float64).reshape(m, n)
-    return Interval(np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
-
-
-def interval_from_mpf(rows) -> Interval:
-    """The endpoints of rows of mpmath iv.mpf intervals, rounded outward to float64."""
-    ends = []
-    for row in rows:
-        for x in row:
-            (sa, ma, ea, _), (sb, mb, eb, _) = x._mpi_
-            if (ma == 0 and ea != 0) or (mb == 0 and eb != 0):   # mpmath's nan / inf encodings
-                raise ValueError("an interval is not finite")
-            ends.append((_end_float(-ma if sa else ma, ea, False), _end_float(-mb if sb else mb, eb, True)))
-    pairs = np.array(ends, dtype=np.float64).reshape(len(rows), -1, 2)
-    return Interval(pairs[..., 0], pairs[..., 1])
-
-
 def to_arb_mat(bounds):
-    """A python-flint arb_mat whose balls contain [lo, hi] entrywise, for `bounds` a Rounded or a
-    (lo, hi) pair of ends (float64 arrays, or tuples of float64 parts whose exact sums are the ends:
-    `split_bounds`). The endpoints enter Arb exactly (doubles, added by Arb: exact when the sum fits
-    its precision, else enclosed; or Python ints L, H with a common exponent E for a Rounded); the
-    ball is formed by Arb's own outward-rounded operations at its working precision:
-    lo + (hi - lo) [0, 1]."""
+    """A python-flint arb_mat whose balls contain [lo, hi] entrywise, for `bounds` a (lo, hi) pair of
+    ends (float64 arrays, or tuples of float64 parts whose exact sums are the ends: `split_bounds`).
+    The parts enter Arb exactly and are added by Arb (`_parts_to_arb`)."""
     import flint
 
-    if isinstance(bounds, Rounded):
-        (lo, lo_e), (hi, hi_e) = (bounds.lo_man, bounds.lo_exp), (bounds.hi_man, bounds.hi_exp)
-        m, n = lo.shape
-        base = int(min(lo_e.min(initial=0), hi_e.min(initial=0)))
-        ends = [[int(v) << int(s) for v, s in zip(a.ravel().tolist(), (e - base).ravel().tolist())]
-                for a, e in ((lo, lo_e), (hi, hi_e))]
-        point = np.array_equal(lo, hi) and np.array_equal(lo_e, hi_e)
-        if not m or not n:
-            return flint.arb_mat(m, n)
-        low, high = (flint.arb_mat(m, n, e) for e in ends)
-    else:
-        return _parts_to_arb(flint, *(_parts(e) for e in bounds))
-    width = None if point else high - low
-    if base:
-        two = flint.arb(2) ** base                   # a power of two: exact
-        low, width = low * two, None if point else width * two
-    return low if point else low + width * flint.arb(0).union(flint.arb(1))
+    return _parts_to_arb(flint, *(_parts(e) for e in bounds))
 
 
 def _arb_sum(flint, m: int, n: int, parts):
@@ -533,21 +355,17 @@ def _parts_to_arb(flint, lo, hi):
 
 def to_mpf_rows(bounds) -> list:
     """Rows of (lo, hi) mpmath raw mpf pairs, exact (`iv.make_mpf` takes them as they are), for
-    `bounds` a Rounded or a (lo, hi) pair of ends (float64 arrays or tuples of parts: summed exactly)."""
+    `bounds` a (lo, hi) pair of ends (float64 arrays or tuples of parts: summed exactly)."""
     from mpmath import libmp
 
-    if not isinstance(bounds, Rounded):
-        lo, hi = (_parts(e) for e in bounds)
+    lo, hi = (_parts(e) for e in bounds)
 
-        def exact(parts):
-            total = [libmp.from_float(v) for v in parts[0].ravel().tolist()]
-            for p in parts[1:]:
-                total = [libmp.mpf_add(t, libmp.from_float(v)) for t, v in zip(total, p.ravel().tolist())]
-            return total      # mpf_add without a precision is exact
+    def exact(parts):
+        total = [libmp.from_float(v) for v in parts[0].ravel().tolist()]
+        for p in parts[1:]:
+            total = [libmp.mpf_add(t, libmp.from_float(v)) for t, v in zip(total, p.ravel().tolist())]
+        return total      # mpf_add without a precision is exact
 
-        n = lo[0].shape[1]
-        a, b = exact(lo), exact(hi)
-        return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]
-    cols = [a.tolist() for a in (bounds.lo_man, bounds.lo_exp, bounds.hi_man, bounds.hi_exp)]
-    return [[(libmp.from_man_exp(int(a), int(b)), libmp.from_man_exp(int(c), int(d)))
-             for a, b, c, d in zip(*row)] for row in zip(*cols)]
+    n = lo[0].shape[1]
+    a, b = exact(lo), exact(hi)
+    return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]

@@ -1,4 +1,6 @@
-"""Property tests of the exact linear-algebra layer (`checker/exact_products.py`, `checker/exact_rounding.py`).
+"""Property tests of the exact linear-algebra layer (`checker/exact_products.py`, `checker/exact_rounding.py`)
+and of its parts that no verdict path reaches (`tcert.testing.exact_reference`: interval x point by a
+grid and envelopes, `round_out`, the float64 way in).
 
 Every product is compared with the exact Fraction product (or, on shapes too large for Fractions,
 with an independent exact computation modulo primes in int64): on matrices with subnormals, wide
@@ -24,6 +26,7 @@ from tcert.checker import exact_products as ep
 from tcert.checker import exact_rounding as er
 from tcert.checker.errors import BadInput, Rejected
 from tcert.testing import example_scale
+from tcert.testing import exact_reference as xr
 
 TWO = Fraction(2)
 REF_SLACK = Fraction(1, 2 ** 180)   # the 200-bit reference's own error, relative
@@ -44,7 +47,7 @@ def fr_product(a, b) -> list:
 
 def exact_fractions(x) -> list:
     """Rows of the exact Fractions of an Exact result (from its exact integers)."""
-    total, e = er.exact_integers(x)
+    total, e = xr.exact_integers(x)
     return [[Fraction(int(v)) * TWO ** int(s) for v, s in zip(r, es)] for r, es in zip(total, e)]
 
 
@@ -58,7 +61,7 @@ def mpf_value(raw) -> Fraction:
     return (-1 if sign else 1) * value(man, exp)
 
 
-def rounded_ends(r: er.Rounded, i, j):
+def rounded_ends(r: xr.Rounded, i, j):
     return value(r.lo_man[i, j], r.lo_exp[i, j]), value(r.hi_man[i, j], r.hi_exp[i, j])
 
 
@@ -139,13 +142,13 @@ def test_bfloat16_bits_decode_exactly():
     2^-126 * m/128): an independent decoding in Fractions."""
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     finite = ((bits >> 7) & 0xFF) != 0xFF
-    got = ep.bfloat16_matrix(bits[finite])[0]
+    got = xr.bfloat16_matrix(bits[finite])[0]
     for b, v in zip(bits[finite].tolist(), got.tolist()):
         sign, e, m = -1 if b >> 15 else 1, (b >> 7) & 0xFF, b & 0x7F
         want = TWO ** -126 * Fraction(m, 128) if e == 0 else TWO ** (e - 127) * (1 + Fraction(m, 128))
         assert Fraction(v) == sign * want
     with pytest.raises(ValueError):
-        ep.bfloat16_matrix(bits[~finite][:3])
+        xr.bfloat16_matrix(bits[~finite][:3])
 
 
 @settings(max_examples=example_scale(60))
@@ -184,7 +187,7 @@ def test_point_product_equals_the_exact_product(pair, bits):
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
     assert exact_fractions(c) == fr_product(fr(a), fr(b))
     # B^T A^T from the transposed cuts (a column cut of B read as a row cut of B^T, and back)
-    ct = ep.point_product(ep.cut_cols(b, w).T, ep.cut_rows(a, w).T)
+    ct = ep.point_product(xr.transposed(ep.cut_cols(b, w)), xr.transposed(ep.cut_rows(a, w)))
     assert exact_fractions(ct) == fr_product(fr(b.T), fr(a.T))
 
 
@@ -213,7 +216,7 @@ def test_digits_at_the_magnitude_bound_are_exact_in_blas():
         assert all(sl == 1 for sl in (len(ep.cut_rows(a, b).digits), len(ep.cut_cols(w, b).digits)))
         digit = (1 << b) - 1
         ints = (np.sign(a).astype(np.int64).sum(axis=1) * digit * digit).tolist()
-        ints_c, e = er.exact_integers(c)
+        ints_c, e = xr.exact_integers(c)
         for i in range(40):
             assert all(Fraction(int(v)) * TWO ** int(s) == Fraction(ints[i]) * TWO ** (-2 * b)
                        for v, s in zip(ints_c[i], e[i]))
@@ -228,7 +231,7 @@ def test_large_float32_product_matches_modular_arithmetic():
     a[rng.random(a.shape) < 0.05] = 0
     b = ep.bits_for(512)
     c = ep.point_product(ep.cut_rows(ep.exact_matrix(a), b), ep.cut_cols(ep.exact_matrix(w), b))
-    ints, e = er.exact_integers(c)
+    ints, e = xr.exact_integers(c)
     a_int = [[int(v) for v in row] for row in np.ldexp(a.astype(np.float64), 149).tolist()]  # exact
     w_int = [[int(v) for v in row] for row in np.ldexp(w.astype(np.float64), 149).tolist()]
     for p in (33554393, 67108859):  # primes below 2^26: k p^2 < 2^63
@@ -248,7 +251,7 @@ def test_inner_dimension_beyond_two_to_the_21_is_blocked():
     a = rng.integers(-(1 << 15), 1 << 15, size=(1, k)).astype(np.float64)
     w = rng.integers(-(1 << 15), 1 << 15, size=(k, 2)).astype(np.float64)
     c = ep.point_product(ep.cut_rows(a, 16), ep.cut_cols(w, 16))
-    ints, e = er.exact_integers(c)
+    ints, e = xr.exact_integers(c)
     want = (a.astype(np.int64) @ w.astype(np.int64))[0].tolist()   # |sum| < 2^52: exact in int64
     assert [Fraction(int(v)) * TWO ** int(s) for v, s in zip(ints[0], e[0])] == want
 
@@ -261,7 +264,7 @@ def test_empty_and_zero_matrices():
         assert c.shape == (m, n) and all(v == 0 for row in exact_fractions(c) for v in row)
         lo, hi = er.float_bounds(c)
         assert lo.shape == (m, n) and not lo.any() and not hi.any()
-        r = er.round_out(c, 53)
+        r = xr.round_out(c, 53)
         assert not r.lo_man.any() and not r.hi_man.any()
 
 
@@ -273,7 +276,7 @@ def test_round_out_encloses_within_one_unit(pair, prec):
     a, b, _ = pair
     w = ep.bits_for(a.shape[1])
     c = ep.point_product(ep.cut_rows(a, w), ep.cut_cols(b, w))
-    exact, r = fr_product(fr(a), fr(b)), er.round_out(c, prec)
+    exact, r = fr_product(fr(a), fr(b)), xr.round_out(c, prec)
     for i, row in enumerate(exact):
         for j, v in enumerate(row):
             lo, hi = rounded_ends(r, i, j)
@@ -342,10 +345,10 @@ def test_arb_and_mpmath_exits_take_results_in_exactly():
     old = flint.ctx.prec
     try:
         flint.ctx.prec = 64
-        for x in (c, ep.interval_product(ep.Interval(a - 2.0 ** -20, a + 2.0 ** -20), ep.cut_cols(w, b))):
-            r, (flo, fhi) = er.round_out(x, 62), er.float_bounds(x)
+        for x in (c, xr.interval_product(xr.Interval(a - 2.0 ** -20, a + 2.0 ** -20), ep.cut_cols(w, b))):
+            r, (flo, fhi) = xr.round_out(x, 62), er.float_bounds(x)
             for bounds in (r, (flo, fhi)):
-                balls, rows = er.to_arb_mat(bounds), er.to_mpf_rows(bounds)
+                balls, rows = xr.to_arb_mat(bounds), xr.to_mpf_rows(bounds)
                 for i in range(5):
                     for j in range(6):
                         if bounds is r:
@@ -403,7 +406,7 @@ def test_interval_product_encloses_every_point_and_is_tight(case, keep):
     |W_j| 2^-bits) per entry: so point and narrow intervals stay tight."""
     lo, hi, w = case
     b = ep.bits_for(lo.shape[1])
-    r = ep.interval_product(ep.Interval(lo, hi), ep.cut_cols(w, b), keep)
+    r = xr.interval_product(xr.Interval(lo, hi), ep.cut_cols(w, b), keep)
     got_lo, got_hi = exact_fractions(r.lo), exact_fractions(r.hi)
     want_lo, want_hi = box_range(lo, hi, w)
     k = lo.shape[1]
@@ -424,14 +427,14 @@ def test_point_times_interval_and_dropped_pairs_enclose(case):
     bounded (keep), enclose the exact values."""
     lo, hi, w = case
     b = ep.bits_for(lo.shape[1])
-    r = ep.point_interval_product(ep.cut_rows(w.T, b), ep.Interval(lo.T, hi.T))
+    r = xr.point_interval_product(ep.cut_rows(w.T, b), xr.Interval(lo.T, hi.T))
     want_lo, want_hi = box_range(lo, hi, w)
     got_lo, got_hi = exact_fractions(r.lo), exact_fractions(r.hi)
     for i in range(lo.shape[0]):
         for j in range(w.shape[1]):
             assert got_lo[j][i] <= want_lo[i][j] and want_hi[i][j] <= got_hi[j][i]
     for keep in (1, 2):
-        c = ep.point_product(ep.cut_rows(lo, b), ep.cut_cols(w, b), keep=keep)
+        c = xr.point_product(ep.cut_rows(lo, b), ep.cut_cols(w, b), keep=keep)
         exact = fr_product(fr(lo), fr(w))
         clo, chi = exact_fractions(c.lo), exact_fractions(c.hi)
         assert all(clo[i][j] <= exact[i][j] <= chi[i][j] for i in range(len(exact)) for j in range(len(exact[0])))
@@ -451,13 +454,13 @@ def test_enclosures_contain_200_bit_reference_values(seed, source):
     try:
         mpmath.iv.prec, flint.ctx.prec = 64, 64
         if source == "mpmath":
-            x = er.interval_from_mpf([[mpmath.iv.exp(mpmath.iv.mpf(float(v))) for v in row] for row in r])
+            x = xr.interval_from_mpf([[mpmath.iv.exp(mpmath.iv.mpf(float(v))) for v in row] for row in r])
         else:
-            x = er.interval_from_arb(flint.arb_mat([[flint.arb(float(v)).exp() for v in row] for row in r]))
-        res = ep.interval_product(x, ep.cut_cols(w, ep.bits_for(k)))
+            x = xr.interval_from_arb(flint.arb_mat([[flint.arb(float(v)).exp() for v in row] for row in r]))
+        res = xr.interval_product(x, ep.cut_cols(w, ep.bits_for(k)))
         lo, hi = er.float_bounds(res)
-        rounded = er.round_out(res, 62)
-        balls, rows = er.to_arb_mat(rounded), er.to_mpf_rows(rounded)
+        rounded = xr.round_out(res, 62)
+        balls, rows = xr.to_arb_mat(rounded), xr.to_mpf_rows(rounded)
     finally:
         mpmath.iv.prec, flint.ctx.prec = old_iv, old_flint
     with mpmath.workprec(200):
@@ -480,18 +483,18 @@ def test_interval_entry_rounds_outward_and_refuses_non_finite():
     try:
         flint.ctx.prec = 80
         third = flint.arb(1) / 3
-        x = er.interval_from_arb(flint.arb_mat([[third, -third, flint.arb(2) ** -1080]]))
+        x = xr.interval_from_arb(flint.arb_mat([[third, -third, flint.arb(2) ** -1080]]))
         for v, (lo, hi) in zip((Fraction(1, 3), Fraction(-1, 3), TWO ** -1080), zip(x.lo[0], x.hi[0])):
             assert Fraction(float(lo)) <= v <= Fraction(float(hi)) and lo < hi
-        huge = er.interval_from_arb(flint.arb_mat([[flint.arb(2) ** 2000, -flint.arb(2) ** 2000]]))
+        huge = xr.interval_from_arb(flint.arb_mat([[flint.arb(2) ** 2000, -flint.arb(2) ** 2000]]))
         assert huge.lo[0, 0] == np.finfo(np.float64).max and huge.hi[0, 0] == np.inf   # saturated outward
         assert huge.lo[0, 1] == -np.inf and huge.hi[0, 1] == -np.finfo(np.float64).max
         with pytest.raises(ValueError):
-            er.interval_from_arb(flint.arb_mat([[flint.arb("nan")]]))
+            xr.interval_from_arb(flint.arb_mat([[flint.arb("nan")]]))
     finally:
         flint.ctx.prec = old
     with pytest.raises(ValueError):
-        er.interval_from_mpf([[mpmath.iv.mpf([1, mpmath.inf])]])
+        xr.interval_from_mpf([[mpmath.iv.mpf([1, mpmath.inf])]])
 
 
 # --- the bound is asserted ---------------------------------------------------------------------------
@@ -512,7 +515,7 @@ def test_a_cut_too_wide_for_its_inner_dimension_raises_bound_violation():
     with pytest.raises(ep.BoundViolation):
         ep.Slices([np.array([[2.0 ** 53]])], [np.array([0])], [0], 8, 0, (1, 1))
     with pytest.raises(ep.BoundViolation):   # an interval upside down
-        ep.interval_product(ep.Interval(np.ones((1, 2)), np.zeros((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
+        xr.interval_product(xr.Interval(np.ones((1, 2)), np.zeros((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
     with pytest.raises(ep.BoundViolation):
         ep.cut_rows(np.ones((1, 1)), 27)
     with pytest.raises(ep.BoundViolation):   # binary32 digits would multiply in sgemm: refused
@@ -520,7 +523,7 @@ def test_a_cut_too_wide_for_its_inner_dimension_raises_bound_violation():
     with pytest.raises(ep.BoundViolation):
         ep.cut_rows(np.array([[1.0, np.inf]]), 20)
     with pytest.raises(ep.BoundViolation):
-        ep.interval_product(ep.Interval(np.zeros((2, 2)), np.ones((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
+        xr.interval_product(xr.Interval(np.zeros((2, 2)), np.ones((1, 2))), ep.cut_cols(np.ones((2, 1)), 20))
 
 
 def test_bound_violation_is_an_internal_error_not_a_verdict():
