@@ -97,7 +97,7 @@ def bench_shape(name, shape, repeat, skip_arb):
     x = xr.Interval(a - np.abs(a) * 2.0 ** -60, a + np.abs(a) * 2.0 ** -60)
     r = xr.interval_product(x, wcut)
     flint.ctx.prec = 64
-    t, q, _ = against(lambda: xr.to_arb_mat(er.float_bounds(r)), ref, 1)
+    t, q, _ = against(lambda: er.to_arb_mat(er.float_bounds(r)), ref, 1)
     rows.append(("interval result into Arb: float_bounds + to_arb_mat", t, q, None))
     t, q, _ = against(lambda: xr.to_arb_mat(xr.round_out(r, 62)), ref, 1)
     rows.append(("interval result into Arb: round_out(62) + to_arb_mat", t, q, None))
