@@ -229,7 +229,7 @@ def main():
         print(json.dumps(fn(*args.one[1:])))
         return
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    layers, lengths = [int(x) for x in args.layers.split(",")], [int(x) for x in args.lengths.split(",")]
+    layers, lengths = [int(x) for x in args.layers.split(",") if x], [int(x) for x in args.lengths.split(",")]
     cases = [("gpt2-small-width", "preln", GPT2_SMALL, n, lengths[0]) for n in layers]
     cases += [("gpt2-small-width", "preln", GPT2_SMALL, 1, t) for t in lengths[1:]]
     if args.pythia:
@@ -237,7 +237,6 @@ def main():
     influence_layers = {int(x) for x in args.influence_layers.split(",")} if args.influence else set()
     os.makedirs(args.out, exist_ok=True)
     saved = os.path.join(args.out, "rows.json")
-    old = json.load(open(saved)) if args.append and os.path.exists(saved) else []
     rows = []
     print(HEADER)
     with tempfile.TemporaryDirectory(prefix="tcert-depth-") as workdir:
@@ -256,6 +255,7 @@ def main():
                          peak_mib=peak, **{"pass": pass_name}, **res)
                 rows.append(r)
                 print(row_text(r), flush=True)
+    old = json.load(open(saved)) if args.append and os.path.exists(saved) else []   # read now: pieces may overlap
     rows = old + rows
     rows.sort(key=lambda r: (r["model"], r["layers"], r["tokens"], r["pass"]))
     with open(os.path.join(args.out, "table.md"), "w") as f:
