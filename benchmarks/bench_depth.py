@@ -89,13 +89,18 @@ def run_before(model_path, cert_path):
     from tcert.checker.numbers import parse_number
     model, claim = load_model(model_path), json.load(open(cert_path))["claim"]
     B, k, margin = make_backend("flint", 64), claim["predicted"], parse_number(claim["margin"], "claim.margin")
+    from tcert.checker.errors import Rejected
     start = time.perf_counter()
-    with B.precision():
-        logits = baseline_logits(B, model, claim["tokens"])
-        gaps = [(logits[k] - x) for j, x in enumerate(logits) if j != k]
-        lows = [B.lower(g) for g in gaps]
-        lower = min(lows)
-        width = B.upper(gaps[lows.index(lower)]) - lower
+    try:
+        with B.precision():
+            logits = baseline_logits(B, model, claim["tokens"])
+            gaps = [(logits[k] - x) for j, x in enumerate(logits) if j != k]
+            lows = [B.lower(g) for g in gaps]
+            lower = min(lows)
+            width = B.upper(gaps[lows.index(lower)]) - lower
+    except Rejected as e:         # a NaN ball on the way (an endpoint read of a non-finite enclosure)
+        return dict(verdict="REJECTED: " + str(e)[:120], lower=float("nan"), width=float("nan"), prec=64,
+                    seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     finite = all(math.isfinite(float(B.upper(x))) and math.isfinite(float(B.lower(x))) for x in logits)
     verdict = "VERIFIED" if finite and lower >= margin else "REJECTED" + ("" if finite else " (nan)")
