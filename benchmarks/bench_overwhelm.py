@@ -16,8 +16,8 @@ The prefix is one token repeated (the paper's "repeated string" setting), the to
 attends to most, which makes a dominant prefix. If the float verdict is still Inconclusive, the
 certificate is written anyway (generate(force=True)) and the checker runs every obligation, rejecting
 only at the last one (W < PTP/2); the timings are then still those of the full recomputation.
-The checker (`tcert.checker.verify.verify`, each of --backends: default flint, then flint+exact, the
-exact product layer) runs in a fresh subprocess so that its peak RSS is its own
+The checker (`tcert.checker.verify.verify`, each of --backends: default flint-exact (Arb's own
+products), then flint (the default backend: the exact product layer)) runs in a fresh subprocess so that its peak RSS is its own
 (`tcert.testing.bench.fresh_check`).
 With looseness on, the float value of the exact d_vocab x d_vocab OV-table bound is computed (chunked
 float64) and compared with the certified Cauchy-Schwarz ("norm") bound the any-case certificate uses.
@@ -111,7 +111,8 @@ def main():
     ap.add_argument("--case", choices=["perm", "any", "both"], default="both")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-looseness", action="store_true")
-    ap.add_argument("--backends", default="flint,flint+exact", help="checker backends, comma-separated")
+    ap.add_argument("--backends", default="flint-exact,flint",
+                    help="checker backends, comma-separated (flint-exact: Arb's own products; flint: the default, exact layer)")
     ap.add_argument("--d-vocab", type=int, default=None, help="vocabulary size (default: paper scale 30522)")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tcert-bench-overwhelm-")

@@ -1,17 +1,20 @@
 """The exact layer under the Backend interface: the products and column bounds of `IMat`s that both
 backends (`flint_backend`, `mpmath_backend`) route through float64 BLAS without rounding.
 
-An `IMat` may hold its entries as `ends`: float64 arrays (lo, hi) with lo <= entry <= hi exactly (the
-same array twice for a point matrix: stored weights, from `Backend.array`), besides or instead of the
-backend's native matrix. A product with a point factor is computed here (`product`): the point factor
-is cut into integer digits once (`cut_rows` / `cut_cols`, cached on the IMat), the other factor is a
-point matrix too (an exact product) or an interval matrix (its ends, or its native entries rounded
-outward to float64 by `interval_from_arb` / `interval_from_mpf`), and the exact result leaves the
-layer as outward float64 bounds (`float_bounds`): a new IMat with `ends` and no native matrix until a
-rule reads its entries. `column_bounds` reads per-column extremes straight from the ends (exact
-Fractions of floats). Everything here is exact or rounds outward (exact_products, exact_rounding);
-where it cannot apply (no point factor, an empty dimension, an entry that is not finite) it returns
-None and the backend uses its library's own product, so failing closed is the library's as before.
+An `IMat` may hold its entries as `ends` (lo, hi) besides or instead of the backend's native matrix:
+each end a tuple of float64 arrays whose exact sum bounds every entry (lo <= entry <= hi). Stored
+weights (`Backend.array`) are one part, the same tuple twice (a point matrix); product results are
+two parts per end (`split_bounds`: the float64 floor of a ~105-bit bound and its rest), so they
+keep Arb's working precision. A product with a point factor is computed here (`product`): the point
+factor is cut into integer digits once (`cut_rows` / `cut_cols`, cached on the IMat), the other factor
+is a point matrix too (an exact product) or an interval matrix (its ends, or its native entries as
+two float64 parts per end by `ends_from_arb` / `ends_from_mpf`, exact for 64-bit endpoints), and the
+exact result leaves the layer rounded outward once: a new IMat with `ends` and no native
+matrix until a rule reads its entries. `column_bounds` reads per-column extremes straight from the
+ends (exact Fractions of floats). Everything here is exact or rounds outward (exact_products,
+exact_rounding); where it cannot apply (no point factor, an empty dimension, an entry that is not
+finite) it returns None and the backend uses its library's own product, so failing closed is the
+library's as before.
 """
 
 from fractions import Fraction
@@ -19,23 +22,29 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_products import Exact, ExactInterval, bits_for, cut_cols, cut_rows, exact_matrix, point_product
-from tcert.checker.exact_rounding import float_bounds
+from tcert.checker.exact_products import Exact, ExactInterval, _require, bits_for, cut_cols, cut_rows, exact_matrix, point_product
+from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds
 
 
 def point_ends(a):
-    """(x, x) for a float16/32/64 matrix of stored weights (x its exact float64 copy), or None when an
-    entry is not finite (the caller then builds native entries, which fail closed when read)."""
+    """(x, x) with x = (exact float64 copy,) for a float16/32/64 matrix of stored weights, or None when
+    an entry is not finite (the caller then builds native entries, which fail closed when read)."""
     try:
-        x = exact_matrix(a)
+        x = (exact_matrix(a),)
     except ValueError:
         return None
     return x, x
 
 
 def is_point(m) -> bool:
-    """Whether the IMat `m` is held as a point matrix of float64 values."""
-    return m.ends is not None and m.ends[0] is m.ends[1]
+    """Whether the IMat `m` is held as a point matrix of float64 values (one part)."""
+    return m.ends is not None and m.ends[0] is m.ends[1] and len(m.ends[0]) == 1
+
+
+def transpose(ends):
+    """The ends of the transposed matrix (a point stays a point)."""
+    lo = tuple(p.T for p in ends[0])
+    return lo, lo if ends[1] is ends[0] else tuple(p.T for p in ends[1])
 
 
 def _cuts(m, transposed: bool, bits: int):
@@ -43,7 +52,7 @@ def _cuts(m, transposed: bool, bits: int):
     scale: W = W+ + W- with W+ = max(W, 0), W- = min(W, 0). Cut once per width, cached on `m`."""
     key = (transposed, bits)
     if key not in m.cuts:
-        w = m.ends[0].T if transposed else m.ends[0]
+        w = m.ends[0][0].T if transposed else m.ends[0][0]
         top = np.frexp(np.abs(w).max(axis=0, initial=0.0))[1].astype(np.int64)
         m.cuts[key] = tuple(cut_cols(part, bits, top) for part in (np.maximum(w, 0.0), np.minimum(w, 0.0)))
     return m.cuts[key]
@@ -54,22 +63,39 @@ def _rows(x, rows):
     return Exact(tuple((o, t[rows], b, sg) for o, t, b, sg in x.terms), x.row_scale[rows], x.col_scale, x.unit)
 
 
-def interval_times_point(lo, hi, pos, neg) -> ExactInterval:
-    """Exact bounds of X W over every lo <= X <= hi (float64 ends), for W = W+ + W- given by the cuts
-    `pos`, `neg`: entrywise X W lies in [lo W+ + hi W-, hi W+ + lo W-], since X_il W+_lj is increasing
-    and X_il W-_lj decreasing in X_il. The ends are cut together on one scale per row (the larger end's)
-    and multiplied exactly: two point products of the stacked [lo; hi]."""
-    m = lo.shape[0]
-    top = np.maximum(*(np.frexp(np.abs(e).max(axis=1, initial=0.0))[1].astype(np.int64) for e in (lo, hi)))
-    ends = cut_rows(np.concatenate([lo, hi]), pos.bits, np.concatenate([top, top]))
+def _row_top(parts):
+    """Per row the least t with |p| < 2^t for every part p (frexp of the row maxima)."""
+    return np.max([np.frexp(np.abs(p).max(axis=1, initial=0.0))[1].astype(np.int64) for p in parts], axis=0)
+
+
+def interval_times_point(lo, hi, pos, neg):
+    """Exact bounds of X W over every lo <= X <= hi (ends: tuples of float64 parts), for W = W+ + W-
+    given by the cuts `pos`, `neg`: entrywise X W lies in [lo W+ + hi W-, hi W+ + lo W-], since X_il W+_lj
+    is increasing and X_il W-_lj decreasing in X_il; each end's product is the sum of its parts'.
+    All parts are cut together on one scale per row (the largest part's) and multiplied exactly: two
+    point products of the stacked parts. A point (lo is hi) needs its parts once: an Exact."""
+    m = lo[0].shape[0]
+    parts = list(lo) if lo is hi else list(lo) + list(hi)
+    top = _row_top(parts)
+    ends = cut_rows(np.concatenate(parts), pos.bits, np.concatenate([top] * len(parts)))
     p, n = point_product(ends, pos), point_product(ends, neg)
-    low, high = slice(0, m), slice(m, 2 * m)
-    return ExactInterval(_rows(p, low) + _rows(n, high), _rows(p, high) + _rows(n, low))
+    blocks = [slice(i * m, (i + 1) * m) for i in range(len(parts))]
+
+    def total(x, which):
+        out = _rows(x, which[0])
+        for b in which[1:]:
+            out = out + _rows(x, b)
+        return out
+
+    if lo is hi:
+        return total(p, blocks) + total(n, blocks)
+    low, high = blocks[:len(lo)], blocks[len(lo):]
+    return ExactInterval(total(p, low) + total(n, high), total(p, high) + total(n, low))
 
 
 def _interval(m, native_ends):
-    """The float64 ends (lo, hi) holding IMat `m`: its ends, or its native entries rounded outward;
-    None when an entry is not finite."""
+    """The ends (lo, hi) (tuples of float64 parts) holding IMat `m`: its ends, or its native entries as
+    two parts per end; None when an entry is not finite."""
     if m.ends is not None:
         lo, hi = m.ends
     else:
@@ -77,48 +103,69 @@ def _interval(m, native_ends):
             lo, hi = native_ends(m.data)
         except ValueError:
             return None
-    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+    if not all(np.isfinite(p).all() for p in lo + hi):
         return None
     return lo, hi
 
 
 def product(a, b, native_ends):
-    """(lo, hi) float64 bounds of the exact product a @ b of two IMats one of which is a point matrix,
-    by the exact layer; None when it does not apply. `native_ends(data)` rounds the backend's native
-    matrix outward to (lo, hi) float64 arrays (ValueError when an entry is not finite)."""
+    """The ends (lo, hi) of the exact product a @ b of two IMats one of which is a point matrix, by
+    the exact layer; None when it does not apply. `native_ends(data)` gives the backend's native
+    matrix as ends (ValueError when an entry is not finite). The result leaves rounded outward once:
+    two float64 parts per end (`split_bounds`), or one (`float_bounds`) where the parts
+    would leave the float range."""
     (m, k), n = a.shape, b.shape[1]
     if not (m and k and n) or not (is_point(a) or is_point(b)):
         return None
     bits = bits_for(k)
     if is_point(a) and is_point(b):
-        exact = point_product(cut_rows(a.ends[0], bits), sum_cut(b, bits))
+        exact = point_product(cut_rows(a.ends[0][0], bits), sum_cut(b, bits))
     elif is_point(b):
         x = _interval(a, native_ends)
         exact = None if x is None else interval_times_point(*x, *_cuts(b, False, bits))
     else:             # (A X)^T = X^T A^T: the point factor on the right
         x = _interval(b, native_ends)
-        exact = None if x is None else interval_times_point(x[0].T, x[1].T, *_cuts(a, True, bits)).T
+        exact = None if x is None else interval_times_point(*transpose(x), *_cuts(a, True, bits)).T
     if exact is None:
         return None
-    lo, hi = float_bounds(exact)
-    return (lo, hi) if np.isfinite(lo).all() and np.isfinite(hi).all() else None
+    ends = split_bounds(exact)
+    if ends is None:
+        lo, hi = float_bounds(exact)
+        ends = ((lo,), (hi,))
+    return ends if all(np.isfinite(p).all() for p in ends[0] + ends[1]) else None
 
 
 def sum_cut(m, bits: int):
     """The point IMat `m` cut whole as a right factor (cached)."""
     key = ("whole", bits)
     if key not in m.cuts:
-        m.cuts[key] = cut_cols(m.ends[0], bits)
+        m.cuts[key] = cut_cols(m.ends[0][0], bits)
     return m.cuts[key]
+
+
+def _extreme(parts, groups: int, up: bool):
+    """Per row block, per column: the exact extreme (min; up: max) of the parts' sums, as Fractions.
+    One part: its extreme. Two parts (`split_bounds`: p1 the float64 floor of the value, 0 <= p2 <
+    nextafter(p1) - p1; mirrored when up): values with a smaller p1 are smaller, so the minimum is
+    the least p1 plus the least p2 among the rows holding that p1."""
+    n, size = parts[0].shape[1], parts[0].shape[0] // groups
+    blocks = [p.reshape(groups, size, n) for p in parts]
+    pick, start = (np.max, -np.inf) if up else (np.min, np.inf)
+    first = pick(blocks[0], axis=1, initial=start)
+    if len(parts) == 1:
+        return [[Fraction(v) for v in row] for row in first.tolist()]
+    p1, p2 = parts
+    step = p1 - np.nextafter(p1, -np.inf) if up else np.nextafter(p1, np.inf) - p1   # exact: adjacent floats
+    inside = (p2 <= 0) & (-p2 < step) if up else (p2 >= 0) & (p2 < step)
+    _require(inside.all(), "two-part ends not in split_bounds' form")
+    second = pick(np.where(blocks[0] == first[:, None, :], blocks[1], start), axis=1, initial=start)
+    return [[Fraction(a) + Fraction(b) for a, b in zip(ra, rb)] for ra, rb in zip(first.tolist(), second.tolist())]
 
 
 def column_bounds(ends, groups: int) -> list:
     """Per row block of ends (lo, hi), per column: (exact Fraction <= every entry, one >= every entry),
     as IMat.col_bounds returns them; Rejected when an end is not finite."""
-    lo, hi = ends
-    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+    lo, hi = (_parts(e) for e in ends)
+    if not all(np.isfinite(p).all() for p in lo + hi):
         raise Rejected("finite enclosure", "a matrix entry is not finite")
-    n, size = lo.shape[1], lo.shape[0] // groups
-    low = lo.reshape(groups, size, n).min(axis=1, initial=np.inf)
-    high = hi.reshape(groups, size, n).max(axis=1, initial=-np.inf)
-    return [([Fraction(v) for v in ls], [Fraction(v) for v in hs]) for ls, hs in zip(low.tolist(), high.tolist())]
+    return list(zip(_extreme(lo, groups, False), _extreme(hi, groups, True)))

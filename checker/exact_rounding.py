@@ -5,10 +5,13 @@ integer and float operations, and handed to the interval libraries; and the way 
   mantissas up to 62 bits, Python ints beyond), from the exact base-2^unit digits of the value.
 * `float_bounds(x)`: float64 lower and upper bounds, in a few passes over the result; the fast way
   out for work that stays in numpy (column bounds, comparisons).
+* `split_bounds(x)`: each bound as two float64 parts with an exact sum, within a few units of
+  2^-105 of the chunk's scale: the way out that keeps Arb's working precision (the default exit).
 * `to_arb_mat`, `to_mpf_rows`: the endpoints enter python-flint or mpmath exactly (doubles or
   integers with a common power of two); Arb forms the ball with its own outward rounding.
-* `interval_from_arb`, `interval_from_mpf`: ball or interval endpoints rounded outward to float64,
-  the layer's interval operands.
+* `interval_from_arb`, `interval_from_mpf`: ball or interval endpoints rounded outward to float64;
+  `ends_from_arb`, `ends_from_mpf`: the same as two float64 parts per end (the layer's interval
+  operands: a 64-bit endpoint is held exactly).
 These functions and the two way-in ones are the only places the layer touches flint or mpmath.
 """
 
@@ -235,6 +238,197 @@ def _to_float(v, e_row, e_col, up: bool):
     return np.where(np.isinf(f) & ((f < 0) if up else (f > 0)), -big if up else big, f)
 
 
+# --- two float64 parts per end ---------------------------------------------------------------------------
+
+def _exact_bitlen(mag):
+    """Exact bit lengths of int64 magnitudes below 2^62 (frexp of the rounded conversion, corrected)."""
+    bits = np.frexp(mag.astype(np.float64))[1].astype(np.int64)      # exact, or one too many
+    return np.where(mag == 0, 0, bits - ((mag >> np.clip(bits - 1, 0, 62)) == 0))
+
+
+LOW_BITS = 44            # the low word of `_fine_total`: units of 2^-44 of the high word's unit
+EXACT_SUMS = 128         # bits at which two-part ends (106 bits at most) are summed exactly into Arb
+
+
+def split_bounds(x):
+    """((lo1, lo2), (hi1, hi2)): float64 parts with lo1 + lo2 <= value <= hi1 + hi2 exactly, for x an
+    Exact or ExactInterval; lo1 is the float64 floor of the lower bound and 0 <= lo2 < ulp (hi
+    mirrored: `column_bounds` relies on it). Each bound is a two-word integer (`_fine_total`, within a
+    few units of 2^-105 of its chunk's largest row-column scale) split by `_split_words`. None when a
+    part would leave the float range (the caller then uses `float_bounds`)."""
+    ends = (x, x) if isinstance(x, Exact) else (x.lo, x.hi)
+    out = [[np.zeros(ends[0].shape) for _ in range(2)] for _ in range(2)]
+    step = max(1, CACHE_CHUNK // max(1, ends[0].shape[1]))
+    for start in range(0, ends[0].shape[0], step):
+        rows = slice(start, start + step)
+        low = _fine_total(ends[0], rows)
+        high = low if ends[1] is ends[0] else _fine_total(ends[1], rows)
+        if low is None or high is None:
+            return None
+        for side, (hi_word, lo_word, e_row, e_col, below, above), up in ((0, low, False), (1, high, True)):
+            exp = e_row[:, None] + e_col[None, :] + np.zeros(hi_word.shape, np.int64)
+            parts = _split_words(*_normalise(hi_word, lo_word + above if up else lo_word - below), exp, up)
+            if parts is None:
+                return None
+            out[side][0][rows], out[side][1][rows] = parts
+    return tuple(map(tuple, out))
+
+
+def _normalise(hi_word, lo_word):
+    """(X, r) with X 2^LOW_BITS + r = hi_word 2^LOW_BITS + lo_word and 0 <= r < 2^LOW_BITS (exact carries)."""
+    carry = lo_word >> LOW_BITS
+    return hi_word + carry, lo_word - (carry << LOW_BITS)
+
+
+def _fine_total(x: Exact, rows):
+    """(X, r, e_row, e_col, below, above) for rows of x: value 2^-(e_row + e_col) lies in
+    [Z - below, Z + above] for Z = X 2^LOW_BITS + r (int64 words, integers) entrywise.
+
+    The high word X counts units of 2^(top - sigma), top the largest offset and sigma = 61 - bit
+    length of (largest |term at top| + the lower terms' bounds, in units of 2^top), so the high
+    word's partial sums stay below 2^62; a lower term M 2^-shift (in those units) adds floor(M 2^-shift)
+    (an arithmetic shift) to X and its remainder, in [0, 2^shift), to the low word in units of
+    2^-LOW_BITS (exact) when shift <= LOW_BITS; a smaller term goes to the low word whole, floored
+    (one unit to `above`), or is skipped when below one low unit (one unit to `below` and `above`).
+    The low word's bound (terms 2^44 plus the floored terms' bounds) must stay below 2^62, else None."""
+    e_row, e_col = x.row_scale[rows], x.col_scale
+    shape = (len(e_row), len(e_col))
+    hi_word, lo_word = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+    if not x.terms:
+        return hi_word, lo_word, e_row - LOW_BITS, e_col, 0, 0
+    top = max(o for o, _, _, _ in x.terms)
+    peak = sum(int(max(m[rows].max(initial=0), -m[rows].min(initial=0)))
+               for o, m, _, _ in x.terms if o == top)
+    lower = sum((b >> (top - o)) + 2 for o, _, b, _ in x.terms if o != top)
+    _require(peak + lower < ACC_LIMIT and len(x.terms) < 1 << 16, "a bound's integer part could overflow")
+    sigma = max(0, 61 - (peak + lower).bit_length())
+    below = above = 0
+    low_bound = len(x.terms) << LOW_BITS
+    for o, m, b, sg in x.terms:
+        shift = top - o - sigma                       # the term in units of 2^(top - sigma): M 2^-shift
+        if shift > LOW_BITS and b >> (shift - LOW_BITS) == 0:     # |term| < one low unit
+            below, above = below + 1, above + 1
+            continue
+        part = m[rows].astype(np.int64)             # |M| <= bound < 2^62: exact
+        part = -part if sg < 0 else part
+        if shift <= 0:
+            hi_word += part << -shift
+        elif shift <= LOW_BITS:
+            q = part >> shift                       # floor
+            hi_word += q
+            lo_word += (part - (q << shift)) << (LOW_BITS - shift)    # the remainder, in [0, 2^shift)
+        else:                                       # (shift - LOW_BITS <= 61: else skipped above)
+            lo_word += part >> (shift - LOW_BITS)
+            above += 1
+            low_bound += (b >> (shift - LOW_BITS)) + 1
+    if low_bound >= ACC_LIMIT:        # the low word could have overflowed: not used (float_bounds instead)
+        return None
+    return hi_word, lo_word, e_row + (top - sigma - LOW_BITS), e_col, below, above
+
+
+def _split_words(X, r, exp, up: bool):
+    """(p1, p2) float64 with p1 + p2 = Z 2^exp floored (up: ceiled) to a float64 p1 and an exact rest,
+    for Z = X 2^L + r (L = LOW_BITS, |X| < 2^62, 0 <= r < 2^L): 0 <= p2 < nextafter(p1) - p1 (up:
+    mirrored), or None when a part would leave the float range.
+
+    |Z| = A 2^L + C with A >= 0, 0 <= C < 2^L (for Z < 0: A = -X - 1, C = 2^L - r when r > 0). With
+    s = bitlen|Z| - 53 (> 0): q = floor(|Z| / 2^s) = A >> (s - L) when s >= L, else (A << (L - s)) +
+    (C >> s) (< 2^54, no overflow), and the remainder R = |Z| - q 2^s < 2^s <= 2^53. The float64
+    floor of a positive Z is q 2^s (the 53-bit grid of its binade), rest R; of a negative Z it is
+    -(q + [R > 0]) 2^s, rest 2^s - R (or 0); the ceilings mirrored. For s <= 0, Z itself (< 2^53)."""
+    L, neg = LOW_BITS, X < 0
+    A = np.where(neg, -X - (r > 0), X)
+    C = np.where(neg, ((1 << L) - r) & ((1 << L) - 1), r)
+    if A.min(initial=1 << 53) >= 1 << 52:      # the usual case: bitlen A >= 53, so s - L = bitlen A - 53 >= 0
+        bits = _exact_bitlen(A) + L
+        s = bits - 53
+        drop = s - L
+        q = A >> drop
+        R = ((A - (q << drop)) << L) + C
+    else:
+        bits = np.where(A > 0, _exact_bitlen(A) + L, _exact_bitlen(C))
+        s = np.maximum(bits - 53, 0)
+        wide = s >= L
+        q = np.where(wide, A >> np.clip(s - L, 0, 63), (A << np.clip(L - s, 0, 63)) + (C >> np.clip(s, 0, 63)))
+        R = np.where(wide, ((A - (q << np.clip(s - L, 0, 63))) << L) + C, C - ((C >> s) << s))
+    more = R > 0
+    away = neg != up                                   # floor of a negative, ceiling of a positive
+    bump = away & more
+    q1 = q + bump
+    rest = np.where(bump, (1 << s) - R, R)             # R = 0 where not more
+    p1_int = np.where(neg, -q1, q1)
+    p2_int = np.where(neg == away, rest, -rest)        # the rest is >= 0 for floors, <= 0 for ceilings
+    live = bits > 0
+    if live.any() and not (exp[live].min() >= MIN_EXP and (exp + bits)[live].max() <= 1023):
+        return None
+    e = np.where(live, exp, 0)
+    return (np.ldexp(p1_int.astype(np.float64), (e + s).astype(np.int32)),
+            np.ldexp(p2_int.astype(np.float64), e.astype(np.int32)))
+
+
+def _end_parts(man: int, exp: int, up: bool):
+    """(f1, f2) float64 with f1 + f2 <= man 2^exp (up: >=) exactly: f1 the nearest such float
+    (`_end_float`), f2 the same for the rest (exact when representable); f2 = 0 when f1 saturates."""
+    s = max(abs(man).bit_length() - 53, MIN_EXP - exp, 0)
+    top = -((-man) >> s) if up else man >> s
+    f1 = _end_float(man, exp, up)
+    if not math.isfinite(f1) or abs(f1) == sys.float_info.max:
+        return f1, 0.0
+    return f1, _end_float(man - (top << s), exp, up)
+
+
+def ends_from_arb(mat):
+    """((lo1, lo2), (hi1, hi2)), float64 parts with lo1 + lo2 <= every entry of the python-flint arb_mat
+    <= hi1 + hi2, the same pair twice (lo is hi) when the matrix is certainly a point with exact
+    two-part entries. Points: p1 = float(x) (nearest), the rest x - p1 by Arb and float() of it,
+    and Arb's exact equality (arb_mat ==, true only for equal exact points) confirms p1 + p2 = x;
+    otherwise each end as two parts rounded outward (`interval_from_arb` applied to the end and then
+    to its rest). ValueError when an entry is not finite."""
+    import flint
+
+    m, n = mat.nrows(), mat.ncols()
+    if m and n and mat == mat.mid():
+        p1 = np.array([float(x) for x in mat.entries()], dtype=np.float64).reshape(m, n)
+        if np.isfinite(p1).all():
+            first = flint.arb_mat(m, n, p1.ravel().tolist())
+            rest = mat - first
+            p2 = np.array([float(x) for x in rest.entries()], dtype=np.float64).reshape(m, n)
+            if rest == flint.arb_mat(m, n, p2.ravel().tolist()):
+                parts = (p1, p2)
+                return parts, parts
+    entries = mat.entries()
+    if not all(x.is_finite() for x in entries):
+        raise ValueError("a ball is not finite")
+    ends = []
+    for which in (0, 1):
+        e = [x.lower() if which == 0 else x.upper() for x in entries]
+        step = -np.inf if which == 0 else np.inf
+        p1 = np.nextafter(np.array([float(x) for x in e], dtype=np.float64), step).reshape(m, n)
+        rest = [(x - a) for x, a in zip(e, p1.ravel().tolist())]
+        p2 = np.array([float(r.lower() if which == 0 else r.upper()) for r in rest], dtype=np.float64)
+        ends.append((p1, np.nextafter(p2, step).reshape(m, n)))
+    return tuple(ends)
+
+
+def ends_from_mpf(rows):
+    """((lo1, lo2), (hi1, hi2)) for rows of mpmath iv.mpf intervals: each endpoint m 2^e (exact ints)
+    as two outward float64 parts (`_end_parts`). ValueError when an interval is not finite."""
+    ends = []
+    for row in rows:
+        for x in row:
+            (sa, ma, ea, _), (sb, mb, eb, _) = x._mpi_
+            if (ma == 0 and ea != 0) or (mb == 0 and eb != 0):   # mpmath's nan / inf encodings
+                raise ValueError("an interval is not finite")
+            ends.append(_end_parts(-ma if sa else ma, ea, False) + _end_parts(-mb if sb else mb, eb, True))
+    q = np.array(ends, dtype=np.float64).reshape(len(rows), -1, 4)
+    return (q[..., 0], q[..., 1]), (q[..., 2], q[..., 3])
+
+
+def _parts(end):
+    """An end as a tuple of float64 arrays whose exact sum it is (a bare array is one part)."""
+    return end if isinstance(end, tuple) else (end,)
+
+
 # --- the way in from, and out to, the interval libraries --------------------------------------------
 
 def _end_float(man: int, exp: int, up: bool) -> float:
@@ -279,9 +473,11 @@ def interval_from_mpf(rows) -> Interval:
 
 def to_arb_mat(bounds):
     """A python-flint arb_mat whose balls contain [lo, hi] entrywise, for `bounds` a Rounded or a
-    (lo, hi) pair of float64 arrays (from float_bounds). The endpoints enter Arb exactly (doubles,
-    or Python ints L, H with a common exponent E for a Rounded); the ball is formed by Arb's own
-    outward-rounded operations at its working precision: lo + (hi - lo) [0, 1]."""
+    (lo, hi) pair of ends (float64 arrays, or tuples of float64 parts whose exact sums are the ends:
+    `split_bounds`). The endpoints enter Arb exactly (doubles, added by Arb: exact when the sum fits
+    its precision, else enclosed; or Python ints L, H with a common exponent E for a Rounded); the
+    ball is formed by Arb's own outward-rounded operations at its working precision:
+    lo + (hi - lo) [0, 1]."""
     import flint
 
     if isinstance(bounds, Rounded):
@@ -291,29 +487,67 @@ def to_arb_mat(bounds):
         ends = [[int(v) << int(s) for v, s in zip(a.ravel().tolist(), (e - base).ravel().tolist())]
                 for a, e in ((lo, lo_e), (hi, hi_e))]
         point = np.array_equal(lo, hi) and np.array_equal(lo_e, hi_e)
+        if not m or not n:
+            return flint.arb_mat(m, n)
+        low, high = (flint.arb_mat(m, n, e) for e in ends)
     else:
-        (lo, hi), base = bounds, 0
-        m, n = lo.shape
-        ends, point = [lo.ravel().tolist(), hi.ravel().tolist()], np.array_equal(lo, hi)
-    if not m or not n:
-        return flint.arb_mat(m, n)
-    low = flint.arb_mat(m, n, ends[0])
-    width = None if point else flint.arb_mat(m, n, ends[1]) - low
+        return _parts_to_arb(flint, *(_parts(e) for e in bounds))
+    width = None if point else high - low
     if base:
         two = flint.arb(2) ** base                   # a power of two: exact
         low, width = low * two, None if point else width * two
     return low if point else low + width * flint.arb(0).union(flint.arb(1))
 
 
+def _arb_sum(flint, m: int, n: int, parts):
+    """The arb_mat of the exact sums of float64 parts (each part enters exactly; Arb adds them)."""
+    total = flint.arb_mat(m, n, parts[0].ravel().tolist())
+    for p in parts[1:]:
+        if p.any():
+            total = total + flint.arb_mat(m, n, p.ravel().tolist())
+    return total
+
+
+def _parts_to_arb(flint, lo, hi):
+    """The arb_mat of balls containing [lo, hi] (ends as tuples of float64 parts): the ends summed, and
+    the ball mid + rad [-1, 1] (mid, rad = half the sum and difference of the ends) formed, at
+    EXACT_SUMS bits, where the sums of two parts are exact (else Arb encloses them), then rounded once
+    to the working precision by Arb (a product with the exact 1): one rounding, as Arb's own products."""
+    m, n = lo[0].shape
+    if not m or not n:
+        return flint.arb_mat(m, n)
+    point = hi is lo or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi)))
+    work = flint.ctx.prec
+    flint.ctx.prec = max(work, EXACT_SUMS)
+    try:
+        low = _arb_sum(flint, m, n, lo)
+        if point:
+            ball = low
+        else:
+            high = _arb_sum(flint, m, n, hi)
+            ball = (low + high) * flint.arb(0.5) + (high - low) * flint.arb(0.5) * flint.arb(-1).union(flint.arb(1))
+    finally:
+        flint.ctx.prec = work
+    return ball * flint.arb(1)
+
+
 def to_mpf_rows(bounds) -> list:
     """Rows of (lo, hi) mpmath raw mpf pairs, exact (`iv.make_mpf` takes them as they are), for
-    `bounds` a Rounded or a (lo, hi) pair of float64 arrays."""
+    `bounds` a Rounded or a (lo, hi) pair of ends (float64 arrays or tuples of parts: summed exactly)."""
     from mpmath import libmp
 
     if not isinstance(bounds, Rounded):
-        lo, hi = bounds
-        return [[(libmp.from_float(a), libmp.from_float(b)) for a, b in zip(ra, rb)]
-                for ra, rb in zip(lo.tolist(), hi.tolist())]
+        lo, hi = (_parts(e) for e in bounds)
+
+        def exact(parts):
+            total = [libmp.from_float(v) for v in parts[0].ravel().tolist()]
+            for p in parts[1:]:
+                total = [libmp.mpf_add(t, libmp.from_float(v)) for t, v in zip(total, p.ravel().tolist())]
+            return total      # mpf_add without a precision is exact
+
+        n = lo[0].shape[1]
+        a, b = exact(lo), exact(hi)
+        return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]
     cols = [a.tolist() for a in (bounds.lo_man, bounds.lo_exp, bounds.hi_man, bounds.hi_exp)]
     return [[(libmp.from_man_exp(int(a), int(b)), libmp.from_man_exp(int(c), int(d)))
              for a, b, c, d in zip(*row)] for row in zip(*cols)]

@@ -14,7 +14,7 @@ from fractions import Fraction
 import flint
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_rounding import interval_from_arb, to_arb_mat
+from tcert.checker.exact_rounding import ends_from_arb, to_arb_mat
 from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
@@ -102,8 +102,7 @@ class FlintBackend(Backend):
         return to_arb_mat((lo, hi))
 
     def _native_ends(self, data):
-        ends = interval_from_arb(data)
-        return ends.lo, ends.hi
+        return ends_from_arb(data)
 
     def _col_bounds(self, m, groups):
         """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points

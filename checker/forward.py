@@ -256,26 +256,38 @@ def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows
     return normalise(B, X, w, W.vec(prefix + ".b"), cfg.eps, w_max)
 
 
-def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: list, angles) -> Rows:
+def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: list, angles,
+                     where: list | None = None) -> Rows:
     """Attention output (rows = `queries`) of block `layer` given its normalised input rows A; with
-    grouped-query attention query head h reads key/value head kv_head(cfg, h)."""
+    grouped-query attention query head h reads key/value head kv_head(cfg, h). With `where`, A holds
+    distinct rows and position p's row is A's row where[p] (keys and values are projected once per
+    distinct row, then spread to the positions before the position-dependent rotation)."""
     p, heads, kv = f"blocks.{layer}.attn.", range(cfg.n_heads), kv_names(cfg)
     kv_heads = range(cfg.n_key_value_heads or cfg.n_heads)
+    row = (lambda q: q) if where is None else where.__getitem__
 
     def project(X, m, b, hs):
         return linear_heads(B, X, W.heads_concat(p + m), [W.norm(p + m, h) for h in hs], W.bias(p + b))
 
-    qs = project(take(B, A, queries), "W_Q", "b_Q", heads)
+    qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
     ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
+    if where is not None:
+        ks, vs = [spread(B, x, where) for x in ks], [spread(B, x, where) for x in vs]
     if cfg.rotary:
         pairs = rotary_pairs(cfg)
         qs = [rotate_rows(B, x, lambda i, row: rotate(row, angles[queries[i]], pairs)) for x in qs]
         ks = [rotate_rows(B, x, lambda i, row: rotate(row, angles[i], pairs)) for x in ks]
-    n, div = A.centre.shape[0], attn_divisor(B, cfg)
+    n, div = ks[0].centre.shape[0], attn_divisor(B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
     out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
+
+
+def spread(B: Backend, X: Rows, where: list) -> Rows:
+    """The rows X[where[0]], X[where[1]], ... (a row may repeat): one list gather, no arithmetic."""
+    data = X.centre.rows()
+    return Rows(B.matrix([data[i] for i in where]), [X.eps[i] for i in where])
 
 
 def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
@@ -294,16 +306,19 @@ def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
     return linear(B, post, W.mat(p + "W_out"), W.norm(p + "W_out"), W.bias(p + "b_out"))
 
 
-def block(B: Backend, W: Weights, cfg, layer: int, X: Rows, queries: list, angles) -> Rows:
-    """The residual stream after block `layer` at rows `queries`, from the rows X before it."""
+def block(B: Backend, W: Weights, cfg, layer: int, X: Rows, queries: list, angles, where: list | None = None) -> Rows:
+    """The residual stream after block `layer` at rows `queries`, from the rows X before it (with `where`:
+    X holds distinct rows, position p's being X's row where[p])."""
     ln1, ln2 = ln_names(cfg, layer)
     a_in = normalised(B, W, cfg, X, ln1)
-    resid = take(B, X, queries)
-    attn = attention_output(B, W, cfg, layer, a_in, queries, angles)
+    at = queries if where is None else [where[q] for q in queries]
+    resid = spread(B, X, at) if where is not None else take(B, X, queries)
+    attn = attention_output(B, W, cfg, layer, a_in, queries, angles, where)
     if cfg.attn_only:
         return add(B, resid, attn)
     if cfg.parallel_attn_mlp:
-        m_in = take(B, a_in, queries) if ln2 == ln1 else normalised(B, W, cfg, resid, ln2)
+        m_in = (spread(B, a_in, at) if where is not None else take(B, a_in, queries)) if ln2 == ln1 \
+            else normalised(B, W, cfg, resid, ln2)
         return add(B, resid, attn, mlp_output(B, W, cfg, layer, m_in))
     mid = add(B, resid, attn)
     return add(B, mid, mlp_output(B, W, cfg, layer, normalised(B, W, cfg, mid, ln2)))
@@ -317,15 +332,28 @@ def embed(B: Backend, W: Weights, cfg, tokens: list) -> Rows:
     return exact_rows(B, X)
 
 
+def distinct_rows(cfg, tokens: list):
+    """(rows, where): the distinct tokens and each position's index among them, when the residual stream
+    before block 0 depends on the token alone (no learned positions) and some token repeats; else
+    (tokens, None). Block 0's normalisation and key/value projections then run once per distinct token."""
+    if cfg.positional_embedding_type == "standard" or len(set(tokens)) == len(tokens):
+        return tokens, None
+    rows = sorted(set(tokens))
+    index = {t: i for i, t in enumerate(rows)}
+    return rows, [index[t] for t in tokens]
+
+
 def final_state(B: Backend, model, tokens: list, W: Weights | None = None) -> Rows:
     """The last position's residual stream after all blocks (before ln_final), as one error ball."""
     cfg = model.config
     W = W or Weights(B, model)
     n = len(tokens)
-    X = embed(B, W, cfg, tokens)
+    rows, where = distinct_rows(cfg, tokens)
+    X = embed(B, W, cfg, rows)
     angles = rotary_angles(B, cfg, range(n)) if cfg.rotary else None
     for layer in range(cfg.n_layers):
-        X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles)
+        X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles,
+                  where if layer == 0 else None)
         if cfg.n_layers > 1:      # one block's weights at a time (a one-layer model's are reused by its kind)
             W.release(f"blocks.{layer}.")
     return X

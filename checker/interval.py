@@ -44,6 +44,8 @@ from tcert.checker.errors import Rejected
 
 DEFAULT_PREC = 64
 BACKENDS = ("flint", "mpmath")
+# Every name make_backend takes: each backend with the exact product layer on and off (its default first).
+BACKEND_NAMES = ("flint", "flint-exact", "mpmath", "mpmath+exact")
 # Every exact rational leaving the interval world (`lower` / `upper` / `abs_upper`) is 0 or a dyadic
 # m 2^e with |m| < 2^prec and 2^-MAX_EXP <= |m 2^e| < 2^MAX_EXP, so it costs at most MAX_EXP + prec bits
 # (docs/soundness.md, "Exact numbers are bounded"): a smaller magnitude is rounded outward (to 0 or
@@ -57,9 +59,12 @@ PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "s
               "tanh", "pi", "fsum", "array", "matrix", "dot", "centres")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
-# The exact layer runs only on a backend made with exact=True ("flint+exact"). Above this precision
-# products stay in the libraries: the exact layer's results leave it as float64
-# bounds (53 bits) and its interval operands sit on a grid of 2^-43 of their row's magnitude.
+# The exact layer runs on a backend made with exact=True: "flint" by default (and "+exact" names); the
+# reference "mpmath" keeps its own products, so the backend-agreement tests compare the layer with an
+# independent implementation. Above this precision products stay in the libraries: the layer's results
+# leave it as two float64 parts per end (about 2^-105 of their scale) and its interval operands enter as two float64
+# parts per end, exact for endpoints of up to 64 bits.
+EXACT_DEFAULT = {"flint": True, "mpmath": False}
 EXACT_MAX_PREC = 64
 
 
@@ -256,13 +261,13 @@ class Backend(ABC):
 
     @abstractmethod
     def _from_ends(self, lo, hi):
-        """The native matrix whose entries enclose [lo, hi] (float64 arrays, the same array twice for
-        a point matrix, whose entries are then exact)."""
+        """The native matrix whose entries enclose [lo, hi] (ends: tuples of float64 arrays whose exact
+        sums bound the entries; the same tuple twice for a point matrix, whose entries are then exact)."""
 
     @abstractmethod
     def _native_ends(self, data):
-        """(lo, hi) float64 arrays bounding the native matrix `data` outward; ValueError when an entry
-        is not finite."""
+        """(lo, hi) ends (tuples of float64 parts, the same tuple twice for a point) bounding the native
+        matrix `data` outward; ValueError when an entry is not finite."""
 
     # IMat hooks shared by both backends (their native matrices speak the same operators)
     def _matmul(self, a, b):
@@ -291,8 +296,7 @@ class Backend(ABC):
     def _transpose(self, a):
         shape = (a.shape[1], a.shape[0])
         if a.ends is not None:
-            lo = a.ends[0].T
-            return IMat(self, None, shape, (lo, lo if a.ends[1] is a.ends[0] else a.ends[1].T))
+            return IMat(self, None, shape, exact_backend.transpose(a.ends))
         return IMat(self, a.data.transpose(), shape)
 
     def _rows(self, a):
@@ -325,13 +329,18 @@ def bounded_end(man: int, exp: int, which: int, prec: int) -> Fraction:
 
 
 def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:
-    """The backend called `name` ("flint" or "mpmath") at `prec` bits; "flint+exact" / "mpmath+exact"
-    are the same with the exact product layer switched on (not yet the default: see docs/soundness.md)."""
-    base, exact = name.removesuffix("+exact"), name.endswith("+exact")
+    """The backend called `name` at `prec` bits: "flint" (Arb, with the exact product layer for products
+    with a point factor: the default) or "mpmath" (the reference: mpmath's own arithmetic throughout);
+    a suffix "+exact" / "-exact" switches the exact layer on / off ("flint-exact": Arb's own products,
+    "mpmath+exact"). docs/soundness.md, "Exact products on float hardware"."""
+    exact, base = EXACT_DEFAULT.get(name), name
+    for suffix, on in (("+exact", True), ("-exact", False)):
+        if name.endswith(suffix):
+            base, exact = name.removesuffix(suffix), on
     if base == "flint":
         from tcert.checker.flint_backend import FlintBackend
-        return FlintBackend(prec, exact)
+        return FlintBackend(prec, EXACT_DEFAULT[base] if exact is None else exact)
     if base == "mpmath":
         from tcert.checker.mpmath_backend import MpmathBackend
-        return MpmathBackend(prec, exact)
-    raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+        return MpmathBackend(prec, EXACT_DEFAULT[base] if exact is None else exact)
+    raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)}, each with +exact or -exact)")

@@ -14,7 +14,7 @@ from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_rounding import interval_from_mpf, to_mpf_rows
+from tcert.checker.exact_rounding import _parts, ends_from_mpf, to_mpf_rows
 from tcert.checker.interval import DEFAULT_PREC, Backend, IMat, bounded_end
 
 SPECIAL = (libmp.fnan, libmp.finf, libmp.fninf)
@@ -182,15 +182,14 @@ class MpmathBackend(Backend):
         return IMat(self, m, shape)
 
     def _from_ends(self, lo, hi):
-        m, make = self.iv.matrix(*lo.shape), self.iv.make_mpf
+        m, make = self.iv.matrix(*_parts(lo)[0].shape), self.iv.make_mpf
         for i, row in enumerate(to_mpf_rows((lo, hi))):
             for j, pair in enumerate(row):
                 m[i, j] = make(pair)
         return m
 
     def _native_ends(self, data):
-        ends = interval_from_mpf(data.tolist())
-        return ends.lo, ends.hi
+        return ends_from_mpf(data.tolist())
 
     def _native_matmul(self, a, b):
         """Product of interval matrices; when one factor is a point matrix (stored weights), by exact

@@ -24,8 +24,6 @@ def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int 
     """(claim, evidence, needs) of an influence certificate for `model`; needs as certified_needs returns."""
     cfg = model.config
     n_max = cfg.n_ctx if n_max is None else n_max
-    if cfg.llama_pieces():   # the checker refuses them too (its constants cover LayerNorm and plain MLPs)
-        raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
     if not 2 <= n_min <= n_max <= cfg.n_ctx:
         raise BadInput(f"need 2 <= n_min <= n_max <= n_ctx = {cfg.n_ctx}")
     ld = FillLedger()

@@ -16,7 +16,7 @@ from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.accuracy import cubic, refine, rows
 from tcert.checker.kinds.accuracy.distribution import parse_distribution
-from tcert.checker.kinds.accuracy.tables import integer_tables
+from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
 from tcert.checker.obligations import Obligations
@@ -63,22 +63,45 @@ def case_inputs_of(n, m, q, c, classes):
     return out
 
 
+# ------------------------------------------------------------------------- cubic's int64 screen, exhaustively
+
+def test_int64_screen_proves_only_correct_cases(tiny):
+    """cubic.screened over every case (m, q, c) with one claimed token at a time and with every token below m:
+    each case it proves covers only correct inputs (every filling of its c positions from its set, in every
+    order), and it proves every case the exact rule proves here (no case falls back needlessly)."""
+    _, model, T, verdicts = tiny
+    n, v = T["n"], T["v"]
+    values = {m: cubic.value_bounds(T, m) for m in range(v)}
+    proved_any = 0
+    for pick in [lambda m, k=k: [k] if k < m else None for k in range(v)] + [lambda m: list(range(m)) or None]:
+        cases = {(m, q, c): pick(m) if c else [] for m, q, c in all_cases(n, v) if not c or pick(m)}
+        proved = cubic.screened(T, cases)
+        for (m, q, c), ks in cases.items():
+            exact = np.atleast_1d(cubic.numerator_bound(T, values[m], position_sums(T, q), m, q, c, ks))
+            assert ((m, q, c) in proved) == bool(np.all(exact < 0)), (m, q, c, ks)
+            if (m, q, c) in proved:
+                assert all(verdicts[t] is True for t in case_inputs_of(n, m, q, c, [(ks, c)] if c else [])), (m, q, c)
+                proved_any += 1
+    assert proved_any > 0
+
+
 # ------------------------------------------------------------------------------- the mixed rule, exhaustively
 
 def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
     """For every case (m, q, c), number b and bad set S (singletons, pairs, all tokens outside K) and several
     K (the cubic set, a random subset, the empty set): whenever the rule's bound is negative, every input it
     covers is correct, and the credited count is the number of inputs covered. K need not be a confirmed
-    cubic set: the rule covers the inputs it names whatever K is."""
+    cubic set: the rule covers the inputs it names whatever K is. The int64 screen (`mixed_screened`) proves
+    the same entries."""
     _, model, T, verdicts = tiny
     n, v = T["n"], T["v"]
     rng = random.Random(n * v)
     values = {m: cubic.value_bounds(T, m) for m in range(v)}
-    accepted = 0
+    accepted, by_exact = 0, [({}, {}, set()) for _ in range(3)]     # per choice of K: cases, entries, accepted
     for m, q, c in all_cases(n, v):
         if c == 0 or m == 0:
             continue
-        for K in ([], sorted(rng.sample(range(m), rng.randint(0, m))), list(range(m - 1))):
+        for choice, K in enumerate(([], sorted(rng.sample(range(m), rng.randint(0, m))), list(range(m - 1)))):
             bad = [k for k in range(m) if k not in K]
             if not bad:
                 continue
@@ -89,14 +112,19 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
                 for b in range(1, c + 1):
                     if b < c and not K:
                         continue
+                    by_exact[choice][0][(m, q, c)] = K
+                    by_exact[choice][1].setdefault((m, q, c), []).append((S, b))
                     if not refine.mixed_bound(T, keys[2], ends, beta_K, (m, q, c), S, b) < 0:
                         continue
+                    by_exact[choice][2].add(((m, q, c), tuple(S), b))
                     covered = case_inputs_of(n, m, q, c, [(S, b), (K, c - b)])
                     assert all(verdicts[t] is True for t in covered), (m, q, c, K, S, b)
                     w = uniform(n, v).case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
                     assert w == len(covered)
                     accepted += 1
     assert accepted > 0
+    for cases, mixed, exact in by_exact:      # the int64 screen proves exactly what the exact rule proves here
+        assert refine.mixed_screened(T, cases, mixed) == exact
 
 
 # ------------------------------------------------------------------------------ the pattern rules, exhaustively
@@ -144,6 +172,31 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
                         assert counted == len([f for f in claimed if not (P and all(t in K for t in f))])
                     credited_any += counted
     assert credited_any > 0
+
+
+def test_coupled_bound_proves_only_correct_inputs(tiny):
+    """rows.coupled over every input of every position pattern: whatever it proves is correct, and it proves
+    every input the top-2 bound proves (it is never looser)."""
+    _, model, T, verdicts = tiny
+    n, v = T["n"], T["v"]
+    values = rows.value_tables(T)
+    proved_any = 0
+    for q in range(v):
+        R = rows.query_rows(T, values, q)
+        Eq = rows.common_exponents(R, q)
+        Dal = rows.align(R.D, Eq[None, None, :] - R.E[:, :, None], True)
+        for m in range(max(q, 1), v):
+            for c in range(1, (n - 1 if q == m else n - 2) + 1):
+                for P in itertools.combinations(range(n - 1), c):
+                    inputs = list(group_inputs(n, m, q, P, itertools.product(range(m), repeat=c)))
+                    tok = np.array(inputs, dtype=np.int64)
+                    proved = rows.coupled(R, Eq, Dal, q, m, P, tok)
+                    assert all(verdicts[t] is True for t, ok in zip(inputs, proved) if ok), (m, q, P)
+                    M = [i for i in range(n - 1) if i not in P]
+                    top2 = rows.fixed_part(R, Eq, q, M, np.array([m]))[0] + sum(Dal[i][tok[:, i], m] for i in P) < 0
+                    assert np.all(proved[top2]), (m, q, P)
+                    proved_any += int(np.count_nonzero(proved))
+    assert proved_any > 0
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):

@@ -63,20 +63,24 @@ def invalid(doc) -> bool:
     return not VALIDATOR.is_valid(doc)
 
 
+# One validator per kind: the schema's oneOf tries all four kinds' definitions, and each one pins `kind` to its
+# own name (test_relabelled_kinds_are_invalid), so for a document whose `kind` is left alone the full schema is
+# valid exactly when its own kind's definition is. Validating against that one definition is ~4x faster.
+KIND_VALIDATORS = {k: jsonschema.Draft202012Validator({key: SCHEMA[key] for key in ("$schema", "$id", "$defs")
+                                                       if key in SCHEMA} | {"$ref": f"#/$defs/{k}Certificate"})
+                   for k in KINDS}
+
+
+def invalid_as_kind(doc, kind) -> bool:
+    """Schema-invalid, for a document whose `kind` field is `kind` and unmutated."""
+    return not KIND_VALIDATORS[kind].is_valid(doc)
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    """The harness's tiny cases and a local influence certificate (claim form {"local": ...}, evidence {})."""
-    from tcert.checker.modelfile import load_model
-    from tcert.generator.influence import toy_model
-    from tcert.generator.influence.local import local_certificate
-    from tcert.generator.model.files import save_model
-    work = tmp_path_factory.mktemp("schema")
-    path = str(work / "local.safetensors")
-    save_model(path, *toy_model(n_layers=1, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8,
-                                scale=0.3, eps="1/10", rotary=True, parallel=True, seed=4))
-    cert, info = local_certificate(load_model(path), [2, 2, 2, 2, 2])
-    assert cert is not None, info
-    return M.tiny_cases(str(work)) + [M.Case("influence", "tiny local rotary parallel", cert, path, None)]
+    """The harness's tiny cases (every kind, method, strategy and claim form: a local influence certificate,
+    claim {"local": ...} and evidence {}, among them)."""
+    return M.tiny_cases(str(tmp_path_factory.mktemp("schema")))
 
 
 def test_the_schema_is_draft_2020_12_with_one_definition_per_kind():
@@ -87,7 +91,8 @@ def test_the_schema_is_draft_2020_12_with_one_definition_per_kind():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CERTIFICATES)))
 def test_shipped_certificates_are_valid(path):
-    assert errors(json.loads(path.read_text())) == []
+    doc = json.loads(path.read_text())
+    assert doc["kind"] in KINDS and not invalid_as_kind(doc, doc["kind"])
 
 
 def test_generated_certificates_are_valid(cases):
@@ -118,6 +123,9 @@ def test_relabelled_kinds_are_invalid(cases):
             if kind != cert["kind"]:
                 assert invalid(dict(cert, kind=kind)), (name, kind)
         assert invalid(dict(cert, kind="bogus")) and invalid(dict(cert, version=2)), name
+        # Each kind's definition refuses the others' certificates (what KIND_VALIDATORS relies on).
+        assert not invalid_as_kind(cert, cert["kind"]), name
+        assert all(invalid_as_kind(cert, k) for k in KINDS if k != cert["kind"]), name
 
 
 def places(tree, path=()):
@@ -149,7 +157,7 @@ def test_missing_fields_are_invalid(cases):
         for top in ("claim", "evidence"):
             for path, _ in places(cert[top], (top,)):
                 if isinstance(path[-1], str) and "constants" not in path[:-1]:   # ledger names: PARSER_ONLY
-                    assert invalid(dropped(cert, path)) != (path[-1] in OPTIONAL), (name, path)
+                    assert invalid_as_kind(dropped(cert, path), cert["kind"]) != (path[-1] in OPTIONAL), (name, path)
 
 
 def wrong_types(value) -> list:
@@ -162,16 +170,31 @@ def wrong_types(value) -> list:
     return [v for v in out if not any(v is s or (type(v) is type(s) and v == s) for s in same)]
 
 
+def shape(cert, path, value) -> tuple:
+    """What decides which part of the schema a value meets: the certificate's kind and method or strategy,
+    the value's path with list indices past a pair's generalised, and its JSON type. Places of one shape
+    (the same field in two certificates of one method, a list's last entry in two certificates) are checked
+    once."""
+    ev = cert["evidence"]
+    general = tuple(p if isinstance(p, str) or p < 2 else "*" for p in path)
+    return (cert["kind"], ev.get("method"), ev.get("strategy"), ev.get("variant"), general, type(value).__name__,
+            isinstance(value, str) and M.is_number(value))
+
+
 def test_wrong_types_are_invalid(cases):
+    seen = set()
     for name, cert in every_certificate(cases):
         for top in ("claim", "evidence"):
             for path, value in places(cert[top], (top,)):
                 if isinstance(path[-1], str) and path[-1] in ("constants",):
                     continue    # the ledger: any names, each an exact number (tested at its entries)
+                if shape(cert, path, value) in seen:
+                    continue
+                seen.add(shape(cert, path, value))
                 for bad in wrong_types(value):
                     if isinstance(value, (dict, list)) and isinstance(bad, (dict, list)) and not value:
                         continue
-                    assert invalid(M.put(cert, path, bad)), (name, path, bad)
+                    assert invalid_as_kind(M.put(cert, path, bad), cert["kind"]), (name, path, bad)
 
 
 def classify(cert, model_path) -> str:

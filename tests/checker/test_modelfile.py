@@ -81,7 +81,7 @@ def test_llama_pieces_imply_their_tensors():
 
 @pytest.mark.parametrize("kind, claim, message", [
     ("overwhelm", {}, "overwhelm: RMSNorm, act_fn silu, gated MLP"),
-    ("influence", {}, "influence: RMSNorm, act_fn silu, gated MLP"),
+    ("influence", {"local": {}}, "claim.local: RMSNorm, act_fn silu, gated MLP"),
     ("accuracy", {}, "accuracy: model architecture: needs n_layers = n_heads = 1; needs an attention-only model"),
 ])
 def test_kinds_that_do_not_cover_the_llama_pieces_refuse_in_one_line(kind, claim, message):

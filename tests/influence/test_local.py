@@ -149,3 +149,20 @@ def test_structured_search_stays_below_the_global_bound(tmp_path, kw):
     for n in (2, 6):
         dy, _ = structured_influence(model, n, starts=2, rounds=1, pool=3, seed=n)
         assert 0 < dy <= min(c["C"] * rate(cert["claim"]["rate"], n, model.config.n_layers), c["C_abs"])
+
+
+def test_local_cost_estimate_counts_the_per_token_rule(tmp_path):
+    """The resource model estimates the local rule (heads x positions x tokens) before any work: a limit
+    below the estimate refuses in one line (BadInput), the default verifies."""
+    from tcert.checker.kinds.influence.cost import cost
+    from tcert.checker.resources import Limits
+    path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
+    cert, _ = local_certificate(model, [2, 2, 2, 2, 2])
+    est = cost(model.config, cert["claim"], cert["evidence"])
+    assert "local influence certificate (n = 5)" in est.what
+    short = copy.deepcopy(cert)
+    short["claim"]["local"]["prediction"]["tokens"] = [2, 2]
+    assert cost(model.config, short["claim"], {}).work < est.work
+    with pytest.raises(BadInput, match="resource limit"):
+        verify(cert, path, limits=Limits(work=est.work / 2))
+    verify(cert, path)

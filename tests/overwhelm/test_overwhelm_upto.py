@@ -181,9 +181,11 @@ SHARED_CASES = [(14, [1] * 20), (57, [3, 1, 4, 1, 5, 0, 2]), (0, [])]
 
 def test_shared_tables_equal_per_length_head_tables():
     """UptoTables.heads(L) against head_tables() for every L, both modes and backends: the query score, fixed
-    mass, value mean and free score extremes are the same enclosures (identical endpoints); the value
-    extremes enclose the same reals by another formula (x_t M - u M, resp. the norm identity), so they
-    agree to rounding (2^-50 relative); the deviation W from equal betas agrees likewise."""
+    mass and value mean are the same enclosures (identical endpoints); the free score extremes come from
+    products of differently stacked matrices, which the exact product layer (flint's default) rounds on
+    a grid set by the stacked matrix, so they agree to rounding (2^-50 relative; identical with Arb's own
+    products); the value extremes enclose the same reals by another formula (x_t M - u M, resp. the norm
+    identity), so they agree to rounding likewise; the deviation W from equal betas agrees likewise."""
     n = 4
     for seed, prefix in SHARED_CASES:
         m = model_of(*tiny_neox1l(seed, qk_scale=0.5))
@@ -199,7 +201,8 @@ def test_shared_tables_equal_per_length_head_tables():
                     for r, g in zip(ref, got):
                         for x, y in [(r.lq, g.lq), (r.alpha_fix, g.alpha_fix)] + list(zip(r.u, g.u)):
                             assert (B.lower(x), B.upper(x)) == (B.lower(y), B.upper(y)), (seed, mode, backend, L)
-                        assert (r.score_lo, r.score_hi) == (g.score_lo, g.score_hi)
+                        for a, b in zip(r.score_lo + r.score_hi, g.score_lo + g.score_hi):
+                            assert abs(a - b) <= Fraction(1, 2 ** 50) * (1 + abs(a)), (seed, mode, backend, L)
                         for a, b in zip(r.evou_lo + r.evou_hi, g.evou_lo + g.evou_hi):
                             assert abs(a - b) <= Fraction(1, 2 ** 50) * (1 + abs(a)), (seed, mode, backend, L)
                     beta = [beta_bounds(B, hd, *naive_free_mass(B, hd)) for hd in ref]

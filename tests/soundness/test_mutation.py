@@ -83,6 +83,28 @@ def test_refine_and_weighted_accuracy_mutants_never_accepted_false(cases, shas, 
         assert verdict == "rejected", (case.name, label, detail)
 
 
+def test_llama_influence_mutants_never_accepted_false(cases, shas):
+    """Global influence constants on a Llama-family model (RMSNorm, gated MLP, grouped-query attention):
+    same standard, judged by the exhaustive influence oracle."""
+    case = next(c for c in cases if c.name == "tiny llama L2 gqa")
+    tally = M.run_case(case, shas, example_scale(30), seed=17)   # each check ~1 s: a smaller flint sample
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=117, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+
+
+def test_local_influence_mutants_never_accepted_false(cases, shas):
+    """The local claim (one input's own attention pattern and values): same standard, judged by every single
+    substitution and every set of <= R substitutions of the input."""
+    case = next(c for c in cases if c.name == "tiny local rotary parallel")
+    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=19)
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=119, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+
+
 def test_upto_overwhelm_mutants_never_accepted_false(cases, shas):
     """The overwhelm free kind upto (evidence per length, shared tables in the checker): same standard."""
     case = next(c for c in cases if c.name == "tiny neox1l upto/naive")

@@ -419,7 +419,15 @@ class InfluenceOracle:
         self.model, self.original, self.B = model, original_claim, make_backend("flint", prec)
         self.W = Weights(self.B, model)
         self.per_n = {}     # n -> sweep(n), computed on first use
+        self.logits = {}    # tokens -> last_logits enclosure (the corollary enumeration)
         self.truth = cached(self._truth)
+
+    def logits_of(self, tokens):
+        """Enclosure of the last position's logits, memoised: mutants of one corollary visit the same inputs."""
+        key = tuple(tokens)
+        if key not in self.logits:
+            self.logits[key] = last_logits(self.B, self.model, list(tokens), self.W)
+        return self.logits[key]
 
     def outputs(self, tokens):
         """Enclosures (final residual, next-token distribution) for one input."""
@@ -489,12 +497,38 @@ class InfluenceOracle:
                     x2 = list(x)
                     for p, t in zip(pos, toks):
                         x2[p] = t
-                    d = strict_argmax(B, last_logits(B, self.model, x2, self.W), k)
+                    d = strict_argmax(B, self.logits_of(x2), k)
                     if d is False:
                         return False
                     if d is None:
                         verdict = None
         return verdict
+
+    def local_truth(self, local):
+        """The local statement for input x: the prediction holds, every ONE non-final substitution moves the
+        last residual by <= change and the distribution (L1) by <= change_prob, and every <= R substitutions
+        keep token k (gap_lipschitz is a hint, not part of the statement)."""
+        B, v = self.B, self.model.config.d_vocab
+        try:
+            x = list(local["prediction"]["tokens"])
+            D, Dp = (parse_number(local[key], key) for key in ("change", "change_prob"))
+            self.corollary_size({"prediction": local["prediction"], "substitutions": local["substitutions"]})
+        except (KeyError, TypeError, BadInput):
+            return None
+        y, p = self.outputs(x)
+        verdict = True
+        for i in range(len(x) - 1):
+            for tok in (t for t in range(v) if t != x[i]):
+                y2, p2 = self.outputs(x[:i] + [tok] + x[i + 1:])
+                dy = B.sqrt(B.fsum((a - b) * (a - b) for a, b in zip(y, y2)))
+                diffs = [a - b for a, b in zip(p, p2)]
+                dp_lo = sum(max(B.lower(d), -B.upper(d), Fraction(0)) for d in diffs)
+                if B.lower(dy) > D or dp_lo > Dp:
+                    return False
+                if B.upper(dy) > D or sum(B.abs_upper(d) for d in diffs) > Dp:
+                    verdict = None
+        robust = self.corollary_truth({"prediction": local["prediction"], "substitutions": local["substitutions"]})
+        return False if robust is False else (None if robust is None else verdict)
 
     def _truth(self, claim):
         """Decide an influence claim: implication from the original where it applies, else enumeration
@@ -504,6 +538,10 @@ class InfluenceOracle:
 
     def _decide(self, claim):
         """_truth inside the oracle backend's precision block."""
+        if "local" in claim or "local" in self.original:
+            if set(claim) != {"local"} or not isinstance(claim["local"], dict):
+                return None
+            return True if implied_local(claim["local"], self.original["local"]) else self.local_truth(claim["local"])
         main = {k: v for k, v in claim.items() if k != "corollary"}
         orig_main = {k: v for k, v in self.original.items() if k != "corollary"}
         verdict = True if implied_influence(main, orig_main) else self.main_truth(main)
@@ -539,6 +577,17 @@ def implied_corollary(cor, original) -> bool:
         return (p["tokens"] == q["tokens"] and p["predicted"] == q["predicted"]
                 and Fraction(0) < parse_number(p["margin"], "m") <= parse_number(q["margin"], "m")
                 and 1 <= cor["substitutions"] <= original["substitutions"])
+    except (KeyError, TypeError, BadInput):
+        return False
+
+
+def implied_local(local, original) -> bool:
+    """Whether a local claim follows from the verified original's: the same input, token and a margin, R no
+    larger, change bounds no smaller."""
+    try:
+        return (implied_corollary(local, original) or (local["substitutions"] == 0 == original["substitutions"]
+                                                       and local["prediction"] == original["prediction"])) \
+            and all(parse_number(local[k], k) >= parse_number(original[k], k) for k in ("change", "change_prob"))
     except (KeyError, TypeError, BadInput):
         return False
 
@@ -609,8 +658,10 @@ def tiny_cases(workdir: str) -> list:
         cert = influence_certificate(m)
         cases.append(Case("influence", f"toy L{layers} {attention}", cert, path,
                           lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth))
-    path, m = saved("robust2", robust_toy_model(2, d_vocab=3, n_ctx=8))
-    cert, info = corollary_certificate(m, [1, 2, 0, 1, 2, 0, 1, 2])
+    # n_ctx 6: the oracle enumerates every input of every length (3^6 at the top) and, for the corollary,
+    # every change of <= R positions; at n_ctx 8 this one case was a fifth of the suite's time.
+    path, m = saved("robust2", robust_toy_model(2, d_vocab=3, n_ctx=6))
+    cert, info = corollary_certificate(m, [1, 2, 0, 1, 2, 0])
     assert cert is not None, info
     cases.append(Case("influence", "robust L2 causal v3 + corollary", cert, path,
                       lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth))
@@ -625,7 +676,41 @@ def tiny_cases(workdir: str) -> list:
         cert, _ = make_certificate(m, strategy, None, dist)
         tight_cases.append(Case("accuracy", f"tiny max-of-3 v6 {name}", cert, path, lambda m=m: accuracy_oracle(m)))
     return (cases + tight_cases + real_block_cases(workdir) + upto_cases(workdir)   # appended last: the per-index
-            + nope_cases(workdir))                                                    # tests keep their cases
+            + nope_cases(workdir) + llama_cases(workdir) + local_cases(workdir))      # tests keep their cases
+
+
+def local_cases(workdir: str) -> list:
+    """A local influence certificate (claim {"local": ...}, evidence {}) on a tiny 1-layer rotary model with
+    parallel blocks (d_vocab 3): the exact per-position rule, judged by every single substitution and every
+    set of <= R substitutions of its input."""
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.influence import toy_model
+    from tcert.generator.influence.local import local_certificate
+    from tcert.generator.model.files import save_model
+    path = os.path.join(workdir, "local_rotary.safetensors")
+    save_model(path, *toy_model(n_layers=1, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8,
+                                scale=0.3, eps="1/10", rotary=True, parallel=True, seed=4))
+    m = load_model(path)
+    cert, info = local_certificate(m, [2, 2, 2, 2, 2])
+    assert cert is not None and info["R"] >= 1, info
+    return [Case("influence", "tiny local rotary parallel", cert, path,
+                 lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth)]
+
+
+def llama_cases(workdir: str) -> list:
+    """A global influence certificate on a tiny Llama-family model (RMSNorm, SiLU-gated MLP, grouped-query
+    attention: one key/value head for two query heads, 2 layers, d_vocab 3, n_ctx 4), so mutants reach the
+    gated MLP's and RMSNorm's ledger constants."""
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.influence import influence_certificate
+    from tcert.generator.model.files import save_model
+    from tcert.generator.model.random_models import random_model
+    path = os.path.join(workdir, "llama_gqa.safetensors")
+    save_model(path, *random_model("llama", seed=1, n_layers=2, n_key_value_heads=1, d_vocab=3, d_model=8,
+                                   n_heads=2, d_head=4, d_mlp=8, n_ctx=4, bias_std=0.3, eps="1/10"))
+    m = load_model(path)
+    cert = influence_certificate(m)
+    return [Case("influence", "tiny llama L2 gqa", cert, path, lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth)]
 
 
 def upto_cases(workdir: str) -> list:

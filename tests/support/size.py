@@ -51,7 +51,23 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # tcert-check's contract in checker/cli.py (+124: usage errors as JSON, --timeout, --report, the precision
 # retry after a REJECTED, help with defaults and exit codes; its progress line, clock, versions and JSON
 # figures live beside the trusted base in tcert.audit), and the optional envelope fields (+14).
-BUDGETS = {"kernel": 1888, "exact": 598, "prediction": 96, "overwhelm": 707, "accuracy": 947, "influence": 522}
+# The accuracy check-time work added accuracy 197: the int64 screen of the cubic cases and refine's mixed
+# entries (screen.py 57, cubic.py 24, refine.py's mixed_screened / key_bounds_int64 / require_mixed), the
+# coupled bound of refine's rule "e" (rows.py 11: coupled, fixed_terms; refine.py's coupled_groups,
+# coupled_credit, fixed_weight, rows_weight: refine.py 104 in all) and tables.py 1.
+# The local claim's exact per-position rule (every token's score and value distance at every non-final
+# position of the input: local.py position_bounds, norms.py row_dists) added influence 24. The Llama-family
+# influence constants (RMSNorm maps, the gated MLP's constants, grouped-query key/value heads; the one-line
+# refusal moved to the local rule and the duplicate act_lipschitz dropped for the kernel's) added influence 16,
+# and the local claim's own cost estimate (cost.py) 5.
+# The exact layer as the default backend's products added exact 185 (exact_rounding.py 158: the two-part
+# exit split_bounds with its two-word total and float64 split, the two-part way in from Arb and mpmath,
+# two-part ends into Arb (summed and rounded once at 128 bits) and mpmath; exact_backend.py 27: ends as tuples of parts, exact column extremes
+# of two-part ends, point operands cut once) and kernel 18 (forward.py 17: block 0 once per distinct
+# token; interval.py 3: the backend names' exact-layer default; the two backends' way in 2 fewer).
+# Offering every backend name at tcert-check's --backend (flint-exact, mpmath+exact beside the defaults) added
+# kernel 3 (interval.py BACKEND_NAMES, cli.py's help for the exact layer).
+BUDGETS = {"kernel": 1909, "exact": 783, "prediction": 96, "overwhelm": 707, "accuracy": 1144, "influence": 567}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

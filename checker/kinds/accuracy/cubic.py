@@ -20,6 +20,7 @@ import numpy as np
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy.cases import case_inputs, case_name, parse_cases
+from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import (SHIFT, centred_upper, integer_tables, mul_upper, position_sums,
                                                   product_bounds)
 from tcert.checker.numbers import show
@@ -30,19 +31,21 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     fields(evidence, "evidence", {"strategy", "cases"})
     cases = parse_cases(evidence, model.config.n_ctx, model.config.d_vocab, "hexmask", parse_mask)
     with ob.step("accuracy cubic: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model)
+        tables = integer_tables(B, model, eqke_bounds=False)
     return confirmed_count(tables, cases, dist, ob), "cubic proof"
+
+
+HEX = frozenset("0123456789abcdef")
 
 
 def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
     """The non-max tokens a case's hexmask claims ([] for c = 0, whose mask must be 1)."""
-    if not isinstance(mask, str) or not 1 <= len(mask) <= v // 4 + 2 or \
-            any(ch not in "0123456789abcdef" for ch in mask):
+    if not isinstance(mask, str) or not 1 <= len(mask) <= v // 4 + 2 or not HEX.issuperset(mask):
         raise BadInput(f"{where}.mask: must be a lowercase hex string")
     bits = int(mask, 16)
     if (c == 0 and bits != 1) or (c > 0 and not 0 < bits < (1 << m)):
         raise BadInput(f"{where}.mask: must be 1 for c = 0, else a non-empty subset of tokens below m")
-    return [k for k in range(m) if bits >> k & 1] if c else []
+    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"] if c else []     # bit k from the right
 
 
 def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None) -> int:
@@ -54,23 +57,31 @@ def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None)
     count = weight = 0
     values, sums = {} if values is None else values, {}
     with ob.step(f"accuracy {method}: claimed cases") as fig:
+        proved = screened(tables, cases)
         for (m, q, c), ks in sorted(cases.items()):
-            if m not in values:
-                values[m] = value_bounds(tables, m)
-            if q not in sums:
-                sums[q] = position_sums(tables, q)
-            bound = np.atleast_1d(numerator_bound(tables, values[m], sums[q], m, q, c, ks))
-            bad = [(k, b) for k, b in zip(ks if c else ["-"], bound) if not b < 0]
-            if bad:
-                raise Rejected("", f"{case_name(m, q, c)}: not certainly correct for non-max token(s) "
-                                   f"{[k for k, _ in bad[:8]]}; token {bad[0][0]}: numerator bound "
-                                   f"{show(bad[0][1] * scale)} >= 0 (a positive multiple of max_(x != m) "
-                                   f"logit_x - logit_m)")
+            if (m, q, c) not in proved:
+                values[m] = values[m] if m in values else value_bounds(tables, m)
+                sums[q] = sums[q] if q in sums else position_sums(tables, q)
+            if (m, q, c) not in proved:
+                require_case(tables, values[m], sums[q], (m, q, c), ks, scale)
             count += case_inputs(n, c, len(ks))
             weight += dist.case(m, q, [(ks, c)] if c else [])
         fig["cases confirmed"] = len(cases)
+        fig["cases confirmed in int64"] = len(proved)
         fig["inputs covered"] = count
     return weight
+
+
+def require_case(tables, values, sums, case, ks, scale):
+    """Reject unless the exact `numerator_bound` of the case is negative for every claimed token."""
+    m, q, c = case
+    bound = np.atleast_1d(numerator_bound(tables, values, sums, m, q, c, ks))
+    bad = [(k, b) for k, b in zip(ks if c else ["-"], bound) if not b < 0]
+    if bad:
+        raise Rejected("", f"{case_name(m, q, c)}: not certainly correct for non-max token(s) "
+                           f"{[k for k, _ in bad[:8]]}; token {bad[0][0]}: numerator bound "
+                           f"{show(bad[0][1] * scale)} >= 0 (a positive multiple of max_(x != m) "
+                           f"logit_x - logit_m)")
 
 
 def value_bounds(tables, m: int):
@@ -116,3 +127,27 @@ def numerator_bound(tables, values, sums, m, q, c, ks):
         w_lo, w_hi = product_bounds(e_lo[ks], e_hi[ks], sums.total_lo - u, sums.total_hi - u)
         ends.append(max_term + mul_upper(w_lo, w_hi, S) + query_term)
     return np.maximum(ends[0], ends[1])
+
+
+# ----------------------------------------------------------------------------------- the int64 screen
+
+def screened(tables, cases) -> set:
+    """The cases whose `numerator_bound` the int64 screen (screen.py) proves negative for every claimed
+    token, all cases at once (the rest get the exact evaluation)."""
+    S, n = screen_tables(tables), tables["n"]
+    keys = list(cases)
+    lens = [len(cases[k]) if k[2] else 1 for k in keys]
+    M, Q, C = (np.repeat(np.array([k[j] for k in keys], dtype=np.int64), lens) for j in range(3))
+    K = np.array([t for k in keys for t in (cases[k] if k[2] else [0])], dtype=np.int64)
+    (eQ, eQh), (eM, eMh), (eK, eKh) = ([weights(S, Q, M, T, up) for up in (False, True)] for T in (Q, M, K))
+    pw, small, large, Tm = S.pw, S.small, S.large, S.Tm[M, Q]
+    query = upper(eQ * pw[0][Q, n - 1], eQh * pw[1][Q, n - 1], S.Tq[M, Q])
+    ends = []
+    for u in (small[Q, n - 1 - C], large[Q, n - 1 - C]):
+        lo, hi = small[Q, n - 1] - u, large[Q, n - 1] - u                   # P - u, the non-max positions
+        w_lo, w_hi = np.where(lo >= 0, eK * lo, eKh * lo), np.where(hi >= 0, eKh * hi, eK * hi)
+        ends.append(upper(eM * u, eMh * u, Tm) + upper(w_lo, w_hi, S.EUp[M, Q] + S.R[M, K]) + query)
+    all_max = upper(eM * small[Q, n - 1], eMh * large[Q, n - 1], Tm) + query                 # c = 0
+    bound = np.where(C > 0, np.maximum(*ends), all_max)
+    worst = np.maximum.reduceat(bound, np.cumsum([0] + lens[:-1])) if keys else []
+    return {k for k, b in zip(keys, worst) if b < 0}

@@ -32,13 +32,15 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
-                                                value_tables)
+from tcert.checker.kinds.accuracy.rows import (align, common_exponents, coupled, decide, exact_correct, fixed_part,
+                                                fixed_terms, query_rows, value_tables)
+from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
+GRID_ELEMENTS = 1 << 22       # rule "e" grids (`coupled_groups`): elements per chunk of groups
 
 
 def certified(B, model, evidence, dist, ob) -> tuple:
@@ -49,7 +51,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], cases, n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model)
+        tables = integer_tables(B, model, eqke_bounds=False)
     values = {}                  # cubic's per-max-token value bounds, shared with the mixed entries
     weight = cubic.confirmed_count(tables, cases, dist, ob, "refine", values)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
@@ -61,12 +63,12 @@ def certified(B, model, evidence, dist, ob) -> tuple:
 
 def token_set(mask, where: str, m: int) -> list:
     """The tokens of a lowercase hex mask: a non-empty subset of [0, m)."""
-    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or any(ch not in "0123456789abcdef" for ch in mask):
+    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or not cubic.HEX.issuperset(mask):
         raise BadInput(f"{where}: must be a lowercase hex string")
     bits = int(mask, 16)
     if not 0 < bits < (1 << m):
         raise BadInput(f"{where}: must be a non-empty subset of the tokens below m = {m}")
-    return [k for k in range(m) if bits >> k & 1]
+    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"]                 # bit k from the right
 
 
 def parse_mixed(entries, cases: dict, n: int, v: int) -> dict:
@@ -122,29 +124,83 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
 # ------------------------------------------------------------------------------------------ mixed cases
 
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
-    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"); their summed weight numerators."""
-    needed, keys, weight, count = {}, {}, 0, 0
-    for (m, q, c), entries in mixed.items():
-        needed.setdefault((q, m), set()).update(k for S, _ in entries for k in S)
+    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): by the int64 screen, else
+    exactly (`require_mixed`); their summed weight numerators."""
+    weight, count = 0, 0
     with ob.step("accuracy refine: mixed cases") as fig:
+        proved = mixed_screened(tables, cases, mixed)
         for (m, q, c), entries in sorted(mixed.items()):
-            if m not in values:
-                values[m] = cubic.value_bounds(tables, m)
-            if (q, m) not in keys:
-                keys[(q, m)] = key_bounds(tables, q, m, sorted(needed[(q, m)]))
-            case, K = (m, q, c), cases.get((m, q, c), [])
-            ends = [(u, u * keys[(q, m)][0] + keys[(q, m)][1]) for u in max_weights(tables, q, c)]
-            beta_K = key_bound(tables, values[m], q, K)
+            K = cases.get((m, q, c), [])
             for S, b in entries:
-                bound = mixed_bound(tables, keys[(q, m)][2], ends, beta_K, case, S, b)
-                if not bound < 0:
-                    raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
-                                       f"{show(bound * bound_scale(tables))} >= 0")
+                if ((m, q, c), tuple(S), b) not in proved:
+                    require_mixed(tables, values, (m, q, c), K, S, b)
                 weight += dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
                 count += math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
         fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
+        fig["mixed entries confirmed in int64"] = len(proved)
         fig["inputs covered by mixed entries"] = count
     return weight
+
+
+def require_mixed(tables, values, case, K, S, b):
+    """Reject unless the exact `mixed_bound` of the entry is negative."""
+    m, q, c = case
+    if m not in values:
+        values[m] = cubic.value_bounds(tables, m)
+    Mx, Qx, Bk = key_bounds(tables, q, m, S)
+    ends = [(u, u * Mx + Qx) for u in max_weights(tables, q, c)]
+    bound = mixed_bound(tables, Bk, ends, key_bound(tables, values[m], q, K), case, S, b)
+    if not bound < 0:
+        raise Rejected("", f"{case_name(m, q, c)}, {b} of tokens {S[:8]}: numerator bound "
+                           f"{show(bound * bound_scale(tables))} >= 0")
+
+
+def mixed_screened(tables, cases, mixed) -> set:
+    """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
+    every entry at once (`key_bounds` and `key_bound` on the screen's tables); the rest get the exact
+    evaluation."""
+    Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
+    flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
+    if not flat:
+        return set()
+    (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
+    cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
+    PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
+    Pn = PV[: n - 1].max(axis=0)
+    EU = lambda Q, M: np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
+    EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
+    e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
+    Mx = upper(*e(Q, M, M), EU(Q, M) + EV(M, M) + np.take_along_axis(Pn[M], cols[M], 1))
+    eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
+    Qx = upper(*eq, EU(Q, M) + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    lens = [len(S) for _, S, _ in flat]
+    R = np.repeat(np.arange(len(flat)), lens)
+    T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
+    Bk = upper(*e(Q[R], M[R], T), EU(Q[R], M[R]) + EV(T, M[R]) + np.take_along_axis(Pn[M[R]], cols[M[R]], 1))
+    beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
+    beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    pure, corners = [], []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
+                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
+    return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
+
+
+def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
+    """Per entry, `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t]) over the
+    case's cubic set K (0 when K is empty)."""
+    Ks = [cases.get(case, []) for case, _, _ in flat]
+    lens = [max(len(K), 1) for K in Ks]
+    R = np.repeat(np.arange(len(flat)), lens)
+    T = np.array([k for K in Ks for k in (K or [0])], dtype=np.int64)
+    lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
+    terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
+    return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))
 
 
 def max_weights(tables, q: int, c: int) -> tuple:
@@ -221,12 +277,18 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
         for q, groups in sorted(by_query.items()):
             rows = query_rows(tables, values, q)
             Eq = common_exponents(rows, q)
-            query, pending = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), []
-            for group, rule in groups:
-                w, counted, left = pattern_credit(tables, query, group, cases.get(group[:2] + (len(group[2]),), []),
-                                                  rule, dist)
+            query, pending, batches = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), [], {}
+            for (m, _, P), rule in groups:
+                K = cases.get((m, q, len(P)), [])
+                if rule == "e" and 0 < len(P) <= 2:
+                    batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P)))
+                    continue
+                w, counted, left = pattern_credit(tables, query, (m, q, P), K, rule, dist)
                 weight, tally[0] = weight + w, tally[0] + counted
                 pending += [left] if left else []
+            for P, batch in batches.items():
+                w, counted, left = coupled_groups(query, q, P, batch, dist)
+                weight, tally[0], pending = weight + w, tally[0] + counted, pending + left
             w, counted, decided = decided_weight(tables, rows, q, pending, dist)
             weight, tally = weight + w, tally + (counted, decided)
         fig["pattern groups"] = len(patterns)
@@ -238,28 +300,97 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
 def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     """(summed weight numerators, number) of the inputs of group (m, q, P) outside K^P that rule "d" proves
     correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`, the top-2 bound of each free position; all
-    aligned to one exponent); and for rule "e" the inputs it leaves, to be decided one by one (token rows,
-    P, the fixed positions' weight), else None."""
+    aligned to one exponent); rule "e" adds the inputs `rows.coupled` proves (with |P| <= 2 it tries every
+    filling: it is never looser than the top-2 bound) and returns the inputs left, to be decided one by one
+    (token rows, P, the fixed positions' weight), else None."""
     (m, q, P), (rows, Eq, Dal) = group, query
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
+    fixed_w = fixed_weight(dist, m, q, P)
+    inK = np.zeros(m, dtype=bool)
+    inK[K] = True
+    if rule == "e" and 0 < len(P) <= 2:      # every filling at once: the coupled bound, never looser than top-2
+        w, counted, left = coupled_groups(query, q, P, [(m, K, fixed_w)], dist)
+        return w, counted, left[0] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
     free = [np.arange(m)] * len(P)
-    fixed_w = math.prod(dist.a[i][t] for i, t in [(i, m) for i in M] + [(n - 1, q)]) if m >= dist.m0 else 0
-    inK = np.zeros(m, dtype=bool)
-    inK[K] = True
     counted, weight, failing = separable(betas, free, theta, dist, P)
     if K:
         k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
         counted, weight = counted - k_counted, weight - k_weight
     if rule != "e" or not len(failing):
         return weight * fixed_w, counted, None
-    failing = failing[~np.all(inK[failing], axis=1)] if P else failing
-    tok = np.full((len(failing), n), m)
+    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[~np.all(inK[failing], axis=1)] if P else failing,
+                                   dist, fixed_w, n)
+    return weight * fixed_w + w, counted + more, left
+
+
+def fixed_weight(dist, m: int, q: int, P) -> int:
+    """The weight numerator of the positions a group (m, q, P) fixes (m outside P, q at n-1; 0 below m0)."""
+    n = dist.n
+    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q] if m >= dist.m0 else 0
+
+
+def coupled_groups(query, q: int, P, groups, dist) -> tuple:
+    """Rule "e" for the groups [(m, K, fixed weight), ...] of one query q and one position pattern P with
+    |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
+    of `rows.coupled` on the grid of fillings below m outside K^P. Returns (summed weight numerators, number)
+    of the fillings it proves and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
+    rows, Eq, Dal = query
+    n, v = rows.E.shape
+    step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
+    weight, counted, left = 0, 0, []
+    for s in range(0, len(groups), step):
+        chunk = groups[s:s + step]
+        ms = np.array([m for m, _, _ in chunk])
+        ax = lambda j, first: (first,) + tuple(v if k == j else 1 for k in range(len(P)))
+        inK = np.zeros((len(ms), v), dtype=bool)
+        for g, (_, K, _) in enumerate(chunk):
+            inK[g, K] = True
+        valid, all_K = np.ones((len(ms),) + (v,) * len(P), dtype=bool), True
+        for j in range(len(P)):
+            valid &= np.arange(v).reshape(ax(j, 1)) < ms.reshape(ax(-1, len(ms)))
+            all_K = all_K & inK.reshape(ax(j, len(ms)))
+        valid &= ~all_K
+        F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
+        proved = np.zeros_like(valid)
+        for j, p in enumerate(P):
+            A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
+                      np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
+            A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
+            proved |= A.max(axis=2).reshape(ax(j, len(ms))) + sum(
+                (Dal[i][:, ms].T.reshape(ax(k, len(ms))) for k, i in enumerate(P) if k != j), np.int64(0)) < 0
+        good, rest = valid & proved, valid & ~proved
+        fixed = [f for _, _, f in chunk]
+        counted += int(np.count_nonzero(good))
+        free = good.reshape(len(ms), -1).sum(axis=1)
+        if not dist.unit:                            # the free positions' weights, contracted axis by axis
+            free = good.astype(object)
+            for i in reversed(P):
+                free = free @ dist.arrays[i]
+        weight += sum(f * int(t) for f, t in zip(fixed, free))
+        idx = np.nonzero(rest)
+        for g in np.unique(idx[0]):
+            sel = idx[0] == g
+            tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
+            tok[:, n - 1] = q
+            for j, p in enumerate(P):
+                tok[:, p] = idx[j + 1][sel]
+            left.append((tok, P, fixed[g]))
+    return weight, counted, left
+
+
+def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
+    """(summed weight numerators, number) of the fillings of group (m, q, P) that `rows.coupled` proves
+    correct, and the rest as `pattern_credit`'s inputs left to decide one by one (None if none)."""
+    m, q, P = group
+    tok = np.full((len(fillings), n), m)
     tok[:, n - 1] = q
-    tok[:, list(P)] = failing
-    return weight * fixed_w, counted, (tok, P, fixed_w)
+    tok[:, list(P)] = fillings
+    proved = coupled(rows, Eq, Dal, q, m, P, tok)
+    left = (tok[~proved], P, fixed_w) if not np.all(proved) else None
+    return fixed_w * rows_weight(dist, tok[proved], P), int(np.count_nonzero(proved)), left
 
 
 def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
@@ -273,11 +404,14 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
         verdict[j] = 1 if exact_correct(tables, q, tok[j, :-1].tolist()) else -1
     weight, start = 0, 0
     for t, P, fixed_w in pending:
-        good = t[verdict[start:start + len(t)] == 1]
+        weight += fixed_w * rows_weight(dist, t[verdict[start:start + len(t)] == 1], P)
         start += len(t)
-        weight += fixed_w * (len(good) if dist.unit else
-                             sum(math.prod(dist.a[i][row[i]] for i in P) for row in good.tolist()))
     return weight, int(np.count_nonzero(verdict == 1)), len(tok)
+
+
+def rows_weight(dist, tok, P) -> int:
+    """The summed weight numerators of the free positions P over the inputs tok (their number, uniformly)."""
+    return len(tok) if dist.unit else sum(math.prod(dist.a[i][row[i]] for i in P) for row in tok.tolist())
 
 
 def separable(betas, tokens, theta: int, dist, P) -> tuple:

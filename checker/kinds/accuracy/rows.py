@@ -37,12 +37,12 @@ def value_bits(n: int) -> int:
     return 31 - (n - 1).bit_length()
 
 
-def value_tables(tables) -> dict:
-    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each below 2^(VB-2) in
-    magnitude so that a sum of the three stays below 2^VB."""
+def value_tables(tables, top: int | None = None) -> dict:
+    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each at most 2^top in
+    magnitude (default VB-2, so that a sum of the three stays below 2^VB)."""
     names = ("EU", "EVOU", "PVOU")
     bits = max(max(abs(int(x)) for x in tables[f"{k}_{e}"].flat).bit_length() for k in names for e in ("lo", "hi"))
-    s = bits - (value_bits(tables["n"]) - 2)
+    s = bits - (value_bits(tables["n"]) - 2 if top is None else top)
     return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
 
 
@@ -130,12 +130,32 @@ def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
     """A[k] >= max_{x != m} of the fixed rows' terms H[x] - H[m] (the max token m = ms[k] at the positions M,
     the query q at n-1; coupled over x), aligned to Eq[m]: the part of the logit gap shared by every input of
     a position pattern."""
-    n, k = rows.E.shape[0], np.arange(len(ms))
+    F = fixed_terms(rows, Eq, q, M, ms)
+    F[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
+    return F.max(axis=1)
+
+
+def fixed_terms(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
+    """F[k, x] >= the fixed rows' terms H[x] - H[m] (`fixed_part` before the max over x != m)."""
+    n = rows.E.shape[0]
     F = align(rows.Hh[n - 1, q][None, :] - rows.Hl[n - 1, q, ms][:, None], (Eq[ms] - rows.E[n - 1, q])[:, None], True)
     for i in M:
         F = F + align(rows.Hh[i, ms] - rows.Hl[i, ms, ms][:, None], (Eq[ms] - rows.E[i, ms])[:, None], True)
-    F[k, ms] = np.iinfo(np.int64).min
-    return F.max(axis=1)
+    return F
+
+
+def coupled(rows: Rows, Eq, Dal, q: int, m: int, P, tok) -> np.ndarray:
+    """Per input of tok (max m, query q, the non-max tokens at the positions P): certainly correct by the
+    bound coupled over x between the fixed rows and one free position p, the others by their top-2 bound
+    (`Dal`, D aligned to Eq[m]): max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} D[j, t_j, m]
+    < 0 for some p in P (each term aligned up to Eq[m]; n terms, so below 2^62 as in the module docstring)."""
+    F = fixed_terms(rows, Eq, q, [i for i in range(rows.E.shape[0] - 1) if i not in P], np.array([m]))
+    ok = np.zeros(len(tok), dtype=bool)
+    for p in P:
+        C = F + align(rows.Hh[p, :m] - rows.Hl[p, :m, m][:, None], (Eq[m] - rows.E[p, :m])[:, None], True)
+        C[:, m] = np.iinfo(np.int64).min
+        ok |= C.max(axis=1)[tok[:, p]] + sum((Dal[j][tok[:, j], m] for j in P if j != p), np.int64(0)) < 0
+    return ok
 
 
 def exact_correct(tables, q: int, tokens) -> bool:

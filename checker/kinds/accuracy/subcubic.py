@@ -56,7 +56,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     parsed = parse_evidence(evidence, model.config)
     eqke = parsed.variant == "exact-eqke"
     with ob.step("accuracy subcubic: rigorous tables (EQKP, EU, EVOU, PVOU" + (", EQKE)" if eqke else ", Q, K)")):
-        tables = integer_tables(B, model, eqke)
+        tables = integer_tables(B, model, eqke, eqke_bounds=eqke)
     return certified_on(B, tables, parsed, ob, dist)
 
 

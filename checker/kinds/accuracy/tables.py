@@ -76,9 +76,10 @@ def interval_tables(B, model, eqke: bool = True) -> dict:
 
 # -------------------------------------------------------------------------------------- integer tables
 
-def integer_tables(B, model, eqke: bool = True) -> dict:
-    """Integer bounds of EU, EVOU, PVOU (and EQKE when `eqke`) and of the attention numerators, from one
-    rigorous pass ("intervals" keeps the interval matrices, for the subcubic score splits).
+def integer_tables(B, model, eqke: bool = True, eqke_bounds: bool = True) -> dict:
+    """Integer bounds of EU, EVOU, PVOU (and of EQKE itself when `eqke_bounds`) and of the attention
+    numerators (e from EQKE only when `eqke`), from one rigorous pass ("intervals" keeps the interval
+    matrices, for the subcubic score splits).
 
     e[q, t] = exp(EQKE[q, t] - sE[q]),  pw[q, i] = exp(EQKP[q, i] - sP[q]): numerators scaled per query
     by a positive constant, which changes neither a softmax nor the sign of sum_i w_i (...). Value tables
@@ -89,6 +90,7 @@ def integer_tables(B, model, eqke: bool = True) -> dict:
     out = {"n": model.config.n_ctx, "v": model.config.d_vocab, "intervals": intervals}
     if eqke:
         out["e_lo"], out["e_hi"], out["e_shift"] = numerator_bounds(B, intervals["EQKE"])
+    if eqke and eqke_bounds:
         out["EQKE_lo"], out["EQKE_hi"] = integer_bounds(B, intervals["EQKE"], "EQKE")
     out["pw_lo"], out["pw_hi"], out["pw_shift"] = numerator_bounds(B, intervals["EQKP"])
     for name in ("EU", "EVOU", "PVOU"):
@@ -107,14 +109,14 @@ def integer_bounds(B, mat, name: str, shift: int = SHIFT) -> tuple:
     `name`. Rejected (the enclosure cannot be confirmed within range) beyond 2^(MAX_BITS - SHIFT)."""
     lo = np.empty(mat.shape, dtype=object)
     hi = np.empty(mat.shape, dtype=object)
-    limit = Fraction(2) ** (MAX_BITS - SHIFT)
+    limit = 1 << (MAX_BITS - SHIFT + shift)     # |entry| <= 2^(MAX_BITS - SHIFT) iff both ends are within it
     for r, row in enumerate(mat.rows()):
         for c, x in enumerate(row):
             a, b = B.lower(x), B.upper(x)
-            if max(abs(a), abs(b)) > limit:
+            lo[r, c], hi[r, c] = fixed_point(a, False, shift), fixed_point(b, True, shift)
+            if -lo[r, c] > limit or hi[r, c] > limit:
                 raise Rejected("", f"{name}[{r}, {c}] in [{show(a)}, {show(b)}] exceeds 2^{MAX_BITS - SHIFT} "
                                    f"in magnitude (hostile weights or hints)")
-            lo[r, c], hi[r, c] = fixed_point(a, False, shift), fixed_point(b, True, shift)
     return lo, hi
 
 
@@ -125,8 +127,8 @@ def numerator_bounds(B, mat) -> tuple:
     The fixed-point exponent grows with the dynamic range (by up to MAX_BITS bits) so that even the
     smallest numerator keeps ~SHIFT significant bits; lower ends are clipped at 0 (exp > 0).
     """
-    row_max = [max(B.upper(x) for x in row) for row in mat.rows()]
-    ends = [[exp_ends(B, x - B.num(c)) for x in row] for row, c in zip(mat.rows(), row_max)]
+    row_max = [B.num(c) for c in mat.T.col_bounds()[1]]        # per row, >= every entry's upper end
+    ends = [[exp_ends(B, x - c) for x in row] for row, c in zip(mat.rows(), row_max)]
     smallest = min(upper for row in ends for _, upper in row)
     extra = 0 if smallest <= 0 else max(0, smallest.denominator.bit_length() - smallest.numerator.bit_length())
     shift = SHIFT + min(extra, MAX_BITS - 2 * SHIFT)

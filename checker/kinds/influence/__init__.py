@@ -33,7 +33,6 @@ Reading order (one obligation per constant, docs/influence.md):
 """
 
 from tcert.checker.envelope import fields
-from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
 from tcert.checker.kinds.influence.blocks import block, embedding, unembedding
 from tcert.checker.kinds.influence.sublayers import finite_inputs
@@ -67,8 +66,6 @@ def certified_needs(model, B, ledger, n_max: int, power: int) -> dict:
 def check(model, claim, evidence, B, ob):
     """Verify an influence certificate (and its corollary, when present)."""
     cfg = model.config
-    if cfg.llama_pieces():
-        raise BadInput(f"influence: {', '.join(cfg.llama_pieces())} not supported yet (the prediction kind covers them)")
     if isinstance(claim, dict) and "local" in claim:   # one input's own attention pattern (local.py)
         fields(claim, "claim", {"local"})
         fields(evidence, "evidence", set())

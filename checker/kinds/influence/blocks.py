@@ -9,7 +9,8 @@ from fractions import Fraction
 from typing import NamedTuple
 
 
-from tcert.checker.forward import attn_divisor
+from tcert.checker.forward import attn_divisor, kv_head
+from tcert.checker.modelfile import kv_names
 from tcert.checker.kinds.influence.norms import max_row_dist, max_row_dists
 from tcert.checker.kinds.influence.rates import cap_factor, rest_cap, row_cap
 from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_norm_map, mlp,
@@ -78,17 +79,19 @@ def head(B, ld, model, layer, h, ln: LNMap, n_max, power, finite) -> Head:
     cfg, t, p = model.config, model.tensors, f"blocks.{layer}.attn."
     scale = B.lower(attn_divisor(B, cfg))
     name = f"L{layer}.h{h}."
-    Mq, Mk = fold(B, ln, t[p + "W_Q"][h]), fold(B, ln, t[p + "W_K"][h])
-    q0, k0 = shift(B, ln, t[p + "W_Q"][h], t[p + "b_Q"][h]), shift(B, ln, t[p + "W_K"][h], t[p + "b_K"][h])
+    kv = {m: t[p + name_][kv_head(cfg, h)] for m, name_ in kv_names(cfg).items()}   # grouped-query: h's kv head
+    Mq, Mk = fold(B, ln, t[p + "W_Q"][h]), fold(B, ln, kv["W_K"])
+    q0, k0 = shift(B, ln, t[p + "W_Q"][h], t[p + "b_Q"][h]), shift(B, ln, kv["W_K"], kv["b_K"])
     score, spread, per_query, per_key = score_bounds(B, ld, name, ln, Mq, Mk, q0, k0, power, cfg.rotary)
     A = ld.const(name + "A", lambda: score / scale)
     width = ld.const(name + "width", lambda: min(2 * A, spread / scale))
     causal = cfg.attention_dir == "causal"
     kappa_row = ld.const(name + "kappa_row", lambda: row_cap(B, n_max, width, layer, causal))
     kappa = ld.const(name + "kappa", lambda: rest_cap(B, n_max, width)) if causal and layer > 0 else None
-    Mv = fold(B, ln, t[p + "W_V"][h])
-    c0 = shift(B, ln, t[p + "W_V"][h], t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h])
-    centre, radius, vo = value_ball(B, ld, model, layer, h, ln, [Mv, t[p + "W_O"][h]], c0, power, finite)
+    Mv = fold(B, ln, kv["W_V"])
+    c0 = shift(B, ln, kv["W_V"], kv["b_V"]) @ B.array(t[p + "W_O"][h])
+    raw = (kv["W_V"], kv["b_V"], t[p + "W_O"][h])
+    centre, radius, vo = value_ball(B, ld, name, ln, [Mv, t[p + "W_O"][h]], c0, power, finite, raw)
     vl = ld.const(name + "vl", lambda: vo * ln.lip) if vo is not None else Fraction(0)   # block 0: E_0 = 0
     k_query = ld.const(name + "K_query", lambda: ln.lip * per_query / scale)
     k_key = ld.const(name + "K_key", lambda: ln.lip * per_key / scale)
@@ -140,7 +143,7 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
     cap of index layer + 1). A position m != i moves by <= delta before the block; its attention output by
     <= 2 r_att, its MLP output by <= min(2 r_mlp, lip_mlp * (its input's move)) (step 6)."""
     cfg = model.config
-    ln1 = layer_norm_map(B, ld, model, f"blocks.{layer}.ln1" if cfg.has_ln else None, f"L{layer}.ln1",
+    ln1 = layer_norm_map(B, ld, model, f"blocks.{layer}.ln1" if cfg.has_norm else None, f"L{layer}.ln1",
                          before.bound, before.reach)
     cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, cfg.attention_dir == "causal"))
     attn = attention(B, ld, model, layer, ln1, before, cap, n_max, power, finite if layer == 0 else None)
@@ -151,8 +154,8 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
             moved_in, E_in, ln2_bound, ln2_reach = before.spread, before.elsewhere, before.bound, before.reach
         else:
             moved_in, E_in, ln2_bound, ln2_reach = spread, E, ld.const(f"L{layer}.B_mid", lambda: bound), reach
-        ln2 = ln1 if cfg.parallel_attn_mlp and (cfg.shared_ln or not cfg.has_ln) else layer_norm_map(
-            B, ld, model, (f"blocks.{layer}.ln1" if cfg.shared_ln else f"blocks.{layer}.ln2") if cfg.has_ln else None,
+        ln2 = ln1 if cfg.parallel_attn_mlp and (cfg.shared_ln or not cfg.has_norm) else layer_norm_map(
+            B, ld, model, (f"blocks.{layer}.ln1" if cfg.shared_ln else f"blocks.{layer}.ln2") if cfg.has_norm else None,
             f"L{layer}.ln2", ln2_bound, ln2_reach)
         m = mlp(B, ld, model, layer, ln2, power)
         E += min(m.lip * E_in, 2 * m.radius * cap)

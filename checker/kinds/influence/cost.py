@@ -1,11 +1,12 @@
 """The influence kind's cost estimate (checker/resources.py): per head and MLP the trace-power operator
 norms, the row distances of W_E and W_U, the caps over n_max, and the corollary's forward pass."""
 
-from tcert.checker.resources import MATRIX, MATRIX_BYTES, Cost, at, count, forward, length
+from tcert.checker.resources import MATRIX, MATRIX_BYTES, SCALAR_BYTES, Cost, at, count, forward, length
 
 
 def cost(cfg, claim, evidence):
-    """Gram products and 2^power squarings per norm, blockwise row distances, n_max-term caps."""
+    """Gram products and 2^power squarings per norm, blockwise row distances, n_max-term caps; for the local
+    claim its forward pass and the per-position, per-token rule."""
     d, dh, H, m, v, L = cfg.d_model, cfg.d_head, cfg.n_heads, cfg.d_mlp or 0, cfg.d_vocab, cfg.n_layers
     p, n_max = count(at(evidence, "power"), 8), count(at(claim, "n_max"), cfg.n_ctx)
     small, big = min(d, m), max(d, m)
@@ -14,4 +15,9 @@ def cost(cfg, claim, evidence):
     total = Cost(MATRIX * products + L * 6 * n_max + 4 * (v + n_max), MATRIX_BYTES * 4 * (big * big + 64 * d),
                  f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")
     tokens = at(claim, "corollary", "prediction", "tokens")
+    local = at(claim, "local", "prediction", "tokens")
+    if local is not None:   # the local rule: every token's exp-score and its ~20 exact operations per head and position
+        n = length(local)
+        return Cost(20 * H * n * v + MATRIX * 2 * H * v * d * dh, MATRIX_BYTES * 3 * v * d + 2 * SCALAR_BYTES * H * v,
+                    f"this local influence certificate (n = {n})") + forward(cfg, n)
     return total + forward(cfg, length(tokens)) if tokens is not None else total

@@ -5,9 +5,12 @@ claim {"local": {"prediction": prediction claim for x, "change": D, "change_prob
                  "gap_lipschitz": G}}, evidence {}.
 Statement: changing any ONE non-final token of x moves the last residual by <= D and the next-token
 distribution (L1) by <= D'; changing ANY R (or fewer) non-final tokens leaves the greedy token k.
-Head h's output at the last position moves by <= 2 r_h max(a_S, a'_S) (step 5's bracket for a set S of
-changed keys): a_S is S's weight on x, a'_S <= T' / (rest + T') with T' the largest R of the keys' best
-possible exp(score) and rest the smallest n-1-R of the other positions' exp(score). One layer, parallel or
+Head h's output o at the last position moves, for a set S of changed keys, by exactly
+o' - o = (sum_(j in S) E'_j (v'_j - o) - e_j (v_j - o)) / (Z_out + U') (the unchanged keys' part cancels:
+sum_i e_i (v_i - o) = 0), so by <= sum_(j in S) (e_j |v_j - o| + E'_j |v'_j - o|) / Z_out, computed per
+position and token (the actual values and scores of x, every token's score at every position); also by
+<= 2 r_h max(a_S, a'_S) (step 5's bracket: a_S is S's weight on x, a'_S <= T' / (rest + T') with T' the
+largest R of the keys' best possible exp(score), rest the smallest n-1-R of the other positions'). One layer, parallel or
 attention-only blocks, no position table: the last position's query, MLP input and the other keys are those
 of x, so nothing else moves.
 """
@@ -17,7 +20,7 @@ from fractions import Fraction
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
-from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist
+from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
@@ -31,11 +34,14 @@ def supported(cfg):
     if cfg.n_layers != 1 or not (cfg.parallel_attn_mlp or cfg.attn_only) or cfg.positional_embedding_type == "standard":
         raise BadInput("claim.local: only 1-layer models with parallel or attention-only blocks and rotary or no "
                        "positions (docs/influence.md, 'Local certificates')")
+    if cfg.llama_pieces():
+        raise BadInput(f"claim.local: {', '.join(cfg.llama_pieces())} not covered by the local rule (the global claim covers them)")
 
 
-def head_weights(B, model, tokens, h, X_all, div) -> tuple:
-    """(r_h, [(upper a_j, upper a'_j max) for j < n-1], lower exp-scores, upper best exp-scores) of head h at the
-    last query of `tokens`; X_all: the LN1 output of every token (V x d)."""
+def head_view(B, model, tokens, h, X_all, div) -> dict:
+    """Head h at the last query of `tokens` (X_all: the LN1 output of every token, V x d): r (radius of the V
+    token values about their box midpoint), x's exp-scores e (shifted; interval ends), the keys and rotated
+    queries `position_bounds` scores with, and dist[t] >= ||v_t - o|| for o the head's actual output on x."""
     t, p, n = model.tensors, "blocks.0.attn.", len(tokens)
     vals = X_all @ (B.array(t[p + "W_V"][h]) @ B.array(t[p + "W_O"][h])) + B.matrix(
         [(B.array(t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h])).rows()[0]] * X_all.shape[0])
@@ -48,15 +54,30 @@ def head_weights(B, model, tokens, h, X_all, div) -> tuple:
         ang = rotary_angles(B, cfg, [n - 1] + [-j for j in range(n)])
         q = rotate(q, ang[n - 1], pairs)
     qs = [rotate(q, ang[-j], pairs) if pairs else q for j in range(n)]
-    S = (B.matrix(qs) @ keys.T).rows()
-    actual = [S[j][tokens[j]] / div for j in range(n)]
+    key_rows, val_rows = keys.rows(), vals.rows()
+    actual = [B.dot(qs[j], key_rows[tokens[j]]) / div for j in range(n)]
     shift = B.num(max(B.upper(s) for s in actual))
     e = [B.exp(s - shift) for s in actual]
-    best = [B.upper(B.exp(B.num(max(B.upper(s) for s in S[j])) / div - shift)) for j in range(n - 1)]
-    e_lo, e_hi = [B.lower(x) for x in e], [B.upper(x) for x in e]
-    total = sum(e_lo)
-    single = [(e_hi[j] / (total - e_lo[j] + e_hi[j]), best[j] / (total - e_lo[j] + best[j])) for j in range(n - 1)]
-    return r, single, e_lo, best
+    Z = B.fsum(e)
+    o = [B.fsum(e[i] * val_rows[tokens[i]][c] for i in range(n)) / Z for c in range(len(val_rows[0]))]
+    return {"r": r, "e_lo": [B.lower(x) for x in e], "e_hi": [B.upper(x) for x in e], "keys": keys, "qs": qs,
+            "shift": shift, "div": div, "dist": row_dists(B, vals, o)}
+
+
+def position_bounds(B, views, tokens, j) -> tuple:
+    """At non-final position j: (the single-change bound max_t sum_h min(old_h, (up(e_j) d_h[x_j] + up(E_t)
+    d_h[t]) / (others_j + low(E_t))), per head (up of the best exp-score E, gamma_j = up(e_j) d_h[x_j] +
+    max_t up(E_t) d_h[t])); E_t the exp-score token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
+    total, per_head = None, []
+    for v in views:
+        E = [B.exp(s / v["div"] - v["shift"]) for s in (B.matrix([v["qs"][j]]) @ v["keys"].T).rows()[0]]
+        E_lo, E_hi, d = [B.lower(x) for x in E], [B.upper(x) for x in E], v["dist"]
+        others, own, best = sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j] * d[tokens[j]], max(E_hi)
+        old = 2 * v["r"] * max(v["e_hi"][j] / (others + v["e_hi"][j]), best / (others + best))
+        new = [min(old, (own + hi * dt) / (others + lo)) for lo, hi, dt in zip(E_lo, E_hi, d)]
+        total = new if total is None else [a + b for a, b in zip(total, new)]
+        per_head.append((best, own + max(hi * dt for hi, dt in zip(E_hi, d))))
+    return max(total), per_head
 
 
 def local_parts(B, model, tokens) -> dict:
@@ -64,8 +85,10 @@ def local_parts(B, model, tokens) -> dict:
     pattern data for `movement`, the final LN's local Lipschitz rule and the folded unembedding M (d x V)."""
     cfg, t, n = model.config, model.tensors, len(tokens)
     X_all, div = finite_inputs(B, model), attn_divisor(B, cfg)
-    heads = [head_weights(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
-    change = max(sum(2 * r * max(s[j]) for r, s, _, _ in heads) for j in range(n - 1)) if n > 1 else Fraction(0)
+    views = [head_view(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
+    pos = [position_bounds(B, views, tokens, j) for j in range(n - 1)]
+    change = max(c for c, _ in pos) if n > 1 else Fraction(0)
+    heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per in pos]) for h, v in enumerate(views)]
     y = final_residual(B, model, tokens, Weights(B, model))
     M = centred_scaled(B, t["ln_final.w"], t["unembed.W_U"]) if cfg.final_ln else B.array(t["unembed.W_U"])
     mean = B.fsum(y) / cfg.d_model
@@ -81,16 +104,26 @@ def local_parts(B, model, tokens) -> dict:
             "lip_f": lip_f, "unembed": M, "n": n}
 
 
+def top(xs, R) -> Fraction:
+    """The sum of the R largest of xs."""
+    return sum(sorted(xs, reverse=True)[:R])
+
+
 def movement(parts: dict, R: int) -> Fraction:
-    """lip_f(D) D for D = sum_h 2 r_h max(a_S, a'_S) over any set S of R changed non-final keys:
-    a_S <= the R largest a_j, a'_S <= T' / (rest + T') (T' the R largest best exp-scores, rest the n-1-R
-    smallest exp-scores of the other non-final positions plus the last one)."""
+    """lip_f(D) D with D a bound on ||y - y'|| over any set S of <= R changed non-final keys: R = 1 `change`;
+    else per head min(2 r_h min(1, max(a_S, a'_S)), gamma_S / rest): a_S <= the R largest a_j, a'_S <=
+    T' / (rest + T') (T' the R largest best exp-scores), gamma_S the R largest gamma_j, rest the n-1-R smallest
+    exp-scores of the other non-final positions plus the last one."""
+    if R <= 1:
+        return parts["lip_f"](parts["change"]) * parts["change"] if R == 1 else Fraction(0)
     moved, n = Fraction(0), parts["n"]
-    for r, single, e_lo, best in parts["heads"]:
-        a_S = sum(sorted((s[0] for s in single), reverse=True)[:R])
-        top = sum(sorted(best, reverse=True)[:R])
+    for r, e_lo, e_hi, per in parts["heads"]:
+        total = sum(e_lo)
+        a_S = top([e_hi[j] / (total - e_lo[j] + e_hi[j]) for j in range(n - 1)], R)
+        T, gamma = top([b for b, _ in per], R), top([g for _, g in per], R)
         rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
-        moved += 2 * r * min(1, max(a_S, top / (rest + top)))
+        old = 2 * r * min(1, max(a_S, T / (rest + T)))
+        moved += min(old, gamma / rest) if rest > 0 else old
     return parts["lip_f"](moved) * moved
 
 

@@ -42,14 +42,25 @@ def max_row_dists(B, arr, centers) -> list:
     return [B.upper(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
 
 
+def row_dists(B, arr, center) -> list:
+    """Upper bounds of ||arr[r] - center||_2 for every row r of an interval matrix (center: a list of interval
+    scalars): the differences first, so a row near the centre keeps its relative accuracy."""
+    diff, out = arr - B.matrix([list(center)] * arr.shape[0]), []
+    for blk in _row_blocks(B, diff):
+        g = (blk @ blk.T).rows()
+        out += [B.upper(B.sqrt(B.num(max(B.upper(g[i][i]), Fraction(0))))) for i in range(blk.shape[0])]
+    return out
+
+
 def max_row_dist(B, arr, center=None) -> Fraction:
     """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array."""
     return max_row_dists(B, arr, [center])[0]
 
 
-def min_centred_norms(B, arr, offsets) -> list:
+def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
-    centring projection I - 11^T/d: ||P z||^2 = ||z||^2 - (sum z)^2 / d with z = arr[r] + c, blockwise."""
+    centring projection I - 11^T/d (centred False: P = I, for RMSNorm): ||P z||^2 = ||z||^2 - (sum z)^2 / d
+    with z = arr[r] + c, blockwise."""
     d = arr.shape[1]
     cols = B.matrix([list(c) for c in offsets]).T
     ones = B.array(np.ones((d, 1)))
@@ -58,7 +69,7 @@ def min_centred_norms(B, arr, offsets) -> list:
     for blk in _row_blocks(B, arr):
         g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - (s[i][0] + c_sum[j][0]) ** 2 / d)
+            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
                       for i in range(blk.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]

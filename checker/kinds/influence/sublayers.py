@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcert.checker.forward import Weights, activation, layer_norm
+from tcert.checker.forward import Weights, act_lipschitz, activation, layer_norm
 from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, max_row_dist, min_centred_norms,
-                                                 operator_norm, product_norm, vector_norm)
+                                                 operator_norm, product_norm, row_dists, vector_norm)
 
 
 class LNMap(NamedTuple):
@@ -25,11 +25,14 @@ class LNMap(NamedTuple):
     radius: Fraction
     w: np.ndarray | None
     b: np.ndarray | None
+    centred: bool = True   # False: RMSNorm (g = x / sigma(x), no centring, no bias)
 
 
 def fold(B, ln: LNMap, W):
-    """P diag(w) W for a LayerNorm with gain w (W itself without normalisation)."""
-    return B.array(W) if ln.w is None else centred_scaled(B, ln.w, W)
+    """P diag(w) W for a LayerNorm with gain w, diag(w) W for an RMSNorm (W itself without normalisation)."""
+    if ln.w is None:
+        return B.array(W)
+    return centred_scaled(B, ln.w, W) if ln.centred else B.array(np.diag(np.asarray(ln.w))) @ B.array(W)
 
 
 def shift(B, ln: LNMap, W, bias):
@@ -42,27 +45,19 @@ def layer_norm_map(B, ld, model, prefix, name, bound, reach) -> LNMap:
     """Constants `name`.lip and `name`.radius of LN `prefix` (None: no normalisation) whose inputs have norm
     <= bound and lie in e_t + ball(reach.centre, reach.radius) for some token t (step 1): |P x| >=
     min_t |P(e_t + centre)| - radius =: s, so sigma(x) >= sqrt(s^2/d + eps) =: sigma_min, and ||g - g'|| <=
-    ||P(x - x')|| / sqrt(sigma(x) sigma(x')) <= ||x - x'|| / sigma_min; |g| < sqrt(d) and |g| <= bound/sqrt(eps)."""
+    ||P(x - x')|| / sqrt(sigma(x) sigma(x')) <= ||x - x'|| / sigma_min; |g| < sqrt(d) and |g| <= bound/sqrt(eps).
+    RMSNorm: the same with P = I (g = x / sigma(x), Jacobian (I - g g^T/d) / sigma, sigma = sqrt(|x|^2/d + eps))."""
     if prefix is None:
         return LNMap(Fraction(1), bound, None, None)
     cfg, t = model.config, model.tensors
-    d, eps = cfg.d_model, B.num(cfg.eps)
+    d, eps, centred = cfg.d_model, B.num(cfg.eps), not cfg.has_rms
 
     def lip():
-        low = min_centred_norms(B, t["embed.W_E"], [reach.centre])[0] - reach.radius
+        low = min_centred_norms(B, t["embed.W_E"], [reach.centre], centred)[0] - reach.radius
         return B.upper(1 / B.sqrt(B.num(max(low, Fraction(0)) ** 2 / d) + eps))
     lip = ld.const(name + ".lip", lip)
     radius = ld.const(name + ".radius", lambda: min(B.upper(B.sqrt(B.num(d))), B.upper(B.num(bound) / B.sqrt(eps))))
-    return LNMap(lip, radius, t[prefix + ".w"], t[prefix + ".b"])
-
-
-def act_lipschitz(B, act_fn: str) -> Fraction:
-    """A Lipschitz constant of the MLP nonlinearity (docs/influence.md, 'MLP')."""
-    if act_fn == "relu":
-        return Fraction(1)
-    if act_fn == "gelu":  # max |gelu'| = gelu'(sqrt 2) = Phi(sqrt 2) + sqrt 2 phi(sqrt 2)
-        return B.upper((1 + B.erf(B.num(1))) / 2 + B.exp(B.num(-1)) / B.sqrt(B.pi()))
-    return Fraction(3, 2)  # gelu_new: 1 + sup_u (u + 0.0527 u^3) e^(-u) < 3/2
+    return LNMap(lip, radius, t[prefix + ".w"], t[prefix + ".b"] if centred else None, centred)
 
 
 class MLPBounds(NamedTuple):
@@ -80,6 +75,8 @@ def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
     and |act(z) - act(z0)| <= Lip(act) |z - z0|, the output lies within Lip(act) ||W_out|| ||M|| radius(ln)
     of b_out + act(z0) W_out."""
     t, p, name = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
+    if model.config.gated_mlp:
+        return gated_mlp(B, ld, model, layer, ln, power)
     s_in = ld.const(name + "W_in", lambda: operator_norm(B, [fold(B, ln, t[p + "W_in"])], power))
     s_out = ld.const(name + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
     act = act_lipschitz(B, model.config.act_fn)
@@ -88,6 +85,30 @@ def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
     radius = ld.const(name + "radius", lambda: act * s_out * s_in * ln.radius)
     out = ld.const(name + "out", lambda: vector_norm(B, B.matrix([centre])) + radius)
     lip = ld.const(name + "lip", lambda: s_out * act * s_in * ln.lip)
+    return MLPBounds(centre, radius, out, lip)
+
+
+def gated_mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
+    """The gated MLP (act(z_g) * z_i + b_in) W_out + b_out, z_g = g Mg + zg0, z_i = g Mi + zi0 (folded; no
+    gate bias): per hidden unit |z_g| <= G_k = |Mg[:,k]| R + |zg0_k|, |z_i| <= I_k likewise (R = radius(ln)),
+    |act(z)| <= |z| (relu, gelu, silu), so the output lies within ||W_out|| |(G_k I_k)_k| of b_in W_out + b_out;
+    act(z_g) z_i - act(z_g') z_i' = act(z_g)(z_i - z_i') + z_i'(act(z_g) - act(z_g')) moves by <= (max G ||Mi||
+    + Lip(act) max I ||Mg||) ||g - g'|| (the g-ball is convex)."""
+    t, p, name = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
+    Mg, Mi = fold(B, ln, t[p + "W_gate"]), fold(B, ln, t[p + "W_in"])
+    zeros = np.zeros(t[p + "W_in"].shape[1])   # b_in is added after the product
+    zg0, zi0 = shift(B, ln, t[p + "W_gate"], zeros), shift(B, ln, t[p + "W_in"], zeros)
+    s_g = ld.const(name + "W_gate", lambda: operator_norm(B, [Mg], power))
+    s_in = ld.const(name + "W_in", lambda: operator_norm(B, [Mi], power))
+    s_out = ld.const(name + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
+    reach = [[c * ln.radius + B.abs_upper(z) for c, z in zip(row_dists(B, M.T, [B.num(0)] * M.shape[0]), z0.rows()[0])]
+             for M, z0 in ((Mg, zg0), (Mi, zi0))]
+    G, I = ld.const(name + "gate_max", lambda: max(reach[0])), ld.const(name + "in_max", lambda: max(reach[1]))
+    centre = (B.array(t[p + "b_in"].reshape(1, -1)) @ B.array(t[p + "W_out"]) + B.array(t[p + "b_out"])).rows()[0]
+    radius = ld.const(name + "radius", lambda: s_out * B.upper(B.sqrt(B.num(sum((a * b) ** 2 for a, b in zip(*reach))))))
+    out = ld.const(name + "out", lambda: vector_norm(B, B.matrix([centre])) + radius)
+    act = act_lipschitz(B, model.config.act_fn)
+    lip = ld.const(name + "lip", lambda: s_out * (G * s_in + act * I * s_g) * ln.lip)
     return MLPBounds(centre, radius, out, lip)
 
 
@@ -125,17 +146,16 @@ def score_bounds(B, ld, name, ln: LNMap, Mq, Mk, q0, k0, power, rotary: bool) ->
     return score, spread, per_query, per_key
 
 
-def value_ball(B, ld, model, layer, h, ln: LNMap, M, c0, power, finite) -> tuple:
-    """(centre, radius, ||M|| or None) of the set of head h's values w = u W_V W_O + b_V W_O: the image c0 + g M of the
-    g-ball (M = P diag(w) W_V W_O, c0 = b W_V W_O + b_V W_O), or with `finite` (block 0, position-free
-    residuals: the embeddings) the set itself, about its bounding box's midpoint."""
-    name = f"L{layer}.h{h}."
+def value_ball(B, ld, name, ln: LNMap, M, c0, power, finite, raw) -> tuple:
+    """(centre, radius, ||M|| or None) of the set of a head's values w = u W_V W_O + b_V W_O: the image c0 + g M
+    of the g-ball (M = P diag(w) W_V W_O, c0 = b W_V W_O + b_V W_O), or with `finite` (block 0, position-free
+    residuals: the normalised embeddings) the set itself, about its bounding box's midpoint; raw: the head's
+    stored (W_V, b_V, W_O)."""
     if finite is None:
         ov = ld.const(name + "VO", lambda: operator_norm(B, M, power))
         return c0.rows()[0], ld.const(name + "value_radius", lambda: ov * ln.radius), ov
-    t, p = model.tensors, f"blocks.{layer}.attn."
-    vals = finite @ (B.array(t[p + "W_V"][h]) @ B.array(t[p + "W_O"][h])) + B.matrix(
-        [(B.array(t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h])).rows()[0]] * finite.shape[0])
+    W_V, b_V, W_O = (B.array(a) for a in raw)
+    vals = finite @ (W_V @ W_O) + B.matrix([(b_V @ W_O).rows()[0]] * finite.shape[0])
     lo, hi = vals.col_bounds()
     centre = [B.num((a + b) / 2) for a, b in zip(lo, hi)]
     return centre, ld.const(name + "value_radius", lambda: max_row_dist(B, vals, centre)), None
@@ -146,4 +166,4 @@ def finite_inputs(B, model):
     no position table (rotary or no positions)."""
     cfg = model.config
     X = B.array(model.tensors["embed.W_E"])
-    return layer_norm(B, X, Weights(B, model), "blocks.0.ln1", cfg.eps) if cfg.has_ln else X
+    return layer_norm(B, X, Weights(B, model), "blocks.0.ln1", cfg.eps) if cfg.has_norm else X

@@ -1,0 +1,104 @@
+"""The cubic and mixed rules' tables in int64 at reduced precision, rounded outward: a fast screen.
+
+`cubic.screened` and `refine.mixed_screened` evaluate their rule's bound on these tables for every case /
+entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
+evaluation on the integer tables (so the screen only saves time, never changes what can be proved by more
+than its rounding).
+
+Every table is rounded outward from the exact integers (floor of lo, ceil of hi): values at one scale, at
+most 2^VALUE_BITS in magnitude (`rows.value_tables`); pw per query at most 2^W (its own scale; position
+sums from the rounded pw); e per (q, m) at most 2^W (`weights`: relative to the largest e[q, t], t <= m,
+the only keys an input with max m has). Positive scales (one for pw per query, one for e per (q, m))
+change no sign of a bound that is a sum of (e factor)(pw factor)(value) products. A centred sum of three
+values is at most 3 * 2^(VALUE_BITS+1), a product of e, a position sum and such a sum at most
+3 (n-1) 2^(2W+VALUE_BITS+1); `screen_tables` asserts that FIVE_TERMS of them stay below 2^63.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tcert.checker.kinds.accuracy.rows import align, value_tables
+
+VALUE_BITS = 20     # value tables at most 2^20 in magnitude
+FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
+
+
+class Screen(NamedTuple):
+    """W; value tables V (rows.value_tables); cubic's value bounds Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
+    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t] and L[q, t] the
+    bit length of e_hi; pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw,
+    large[q, r] >= the sum of the r largest (r = 0..n-1: r = n-1 the total)."""
+
+    W: int
+    V: dict
+    Tm: np.ndarray
+    Tq: np.ndarray
+    EUp: np.ndarray
+    R: np.ndarray
+    em: list
+    Ee: np.ndarray
+    s: np.ndarray
+    pw: list
+    small: np.ndarray
+    large: np.ndarray
+
+
+def screen_tables(tables) -> Screen:
+    """The int64 tables (computed once per `tables`, kept in it under "screen")."""
+    if "screen" in tables:
+        return tables["screen"]
+    n = tables["n"]
+    W = (41 - (15 * n - 15).bit_length()) // 2
+    V = value_tables(tables, VALUE_BITS)
+    L = np.array([[int(x).bit_length() for x in row] for row in tables["e_hi"]], dtype=np.int64)
+    Ee = np.maximum(L - 30, 0)
+    em = [np.array([[shifted_int(int(x), int(s), up) for x, s in zip(row, es)] for row, es in zip(tables[name], Ee)],
+                   dtype=np.int64) for name, up in (("e_lo", False), ("e_hi", True))]
+    sp = [max(max(int(x) for x in row).bit_length() - W, 0) for row in tables["pw_hi"]]
+    pw = [np.array([[shifted_int(int(x), s, up) for x in row] for row, s in zip(tables[name], sp)], dtype=np.int64)
+          for name, up in (("pw_lo", False), ("pw_hi", True))]
+    small = np.cumsum(np.sort(pw[0][:, : n - 1], axis=1), axis=1)
+    large = np.cumsum(-np.sort(-pw[1][:, : n - 1], axis=1), axis=1)
+    small, large = (np.concatenate([np.zeros((len(a), 1), np.int64), a], axis=1) for a in (small, large))
+    if FIVE_TERMS * (1 << W) * max(int(large.max()), int(pw[1].max())) * (3 << (VALUE_BITS + 1)) >= 1 << 63:
+        raise RuntimeError("accuracy screen: int64 bound exceeded (checker bug)")     # the module docstring
+    s = np.maximum(np.maximum.accumulate(L, axis=1) - W, 0)
+    tables["screen"] = Screen(W, V, *value_bounds(V, n), em, Ee, s, pw, small, large)
+    return tables["screen"]
+
+
+def shifted_int(x: int, s: int, up: bool) -> int:
+    """floor (ceil when `up`) of x * 2^-s for s >= 0, exactly."""
+    return -((-x) >> s) if up else x >> s
+
+
+def weights(S: Screen, Q, M, T, up: bool):
+    """e[Q, T] rounded down (up) at 2^-s[Q, M], s[q, m] the exponent that puts max_{t <= m} e_hi[q, t] at
+    most 2^W (elementwise over arrays Q, M, T with T <= M; from the mantissas: floor / ceil twice is still
+    outward; s - Ee >= 0 since Ee = max(L - 30, 0), L the bit length of e_hi, and W <= 30)."""
+    return align(S.em[up][Q, T], S.s[Q, M] - S.Ee[Q, T], up)
+
+
+def value_bounds(V, n: int) -> tuple:
+    """cubic's `value_bounds` for every max token m at once: arrays Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
+    (each table centred at column m, maxima over x != m)."""
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = V["EU"], V["EVOU"], V["PVOU"]
+    v = len(EUl)
+    Tm, Tq, EUp, R = (np.empty((v, v), dtype=np.int64) for _ in range(4))
+    for m in range(v):
+        EU, EV, PV = centred(V, m)
+        Pn = PV[: n - 1].max(axis=0)
+        Tm[m], Tq[m] = (EU + EV[m] + Pn).max(axis=1), (EU + EV + PV[n - 1]).max(axis=1)
+        EUp[m], R[m] = EU.max(axis=1), (EV + Pn).max(axis=1)
+    return Tm, Tq, EUp, R
+
+
+def centred(V, m: int) -> tuple:
+    """Upper bounds of EU, EVOU, PVOU centred at column m (hi[r, x] - lo[r, m]), column m dropped."""
+    return tuple(np.delete(hi - lo[:, [m]], m, axis=1) for lo, hi in (V["EU"], V["EVOU"], V["PVOU"]))
+
+
+def upper(lo, hi, x):
+    """Upper bound of w * x over w in [lo, hi] (elementwise, int64)."""
+    return np.where(x >= 0, hi * x, lo * x)
