@@ -4,7 +4,7 @@ import os
 import time
 
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.interval import BACKENDS, DEFAULT_PREC
+from tcert.checker.interval import BACKEND_NAMES, DEFAULT_PREC
 
 from tcert.api.errors import BadInputError, bad_input
 from tcert.api.models import load_model
@@ -27,8 +27,8 @@ def check(certificate, model=None, backend: str = "flint", prec: int = DEFAULT_P
         certificate = os.fspath(certificate)
     if model is None:
         raise BadInputError("check: give the model the certificate binds to")
-    if isinstance(backend, str) and backend not in BACKENDS:
-        raise BadInputError(f"backend {backend!r} is not one of {', '.join(sorted(BACKENDS))}")
+    if isinstance(backend, str) and backend not in BACKEND_NAMES:
+        raise BadInputError(f"backend {backend!r} is not one of {', '.join(BACKEND_NAMES)}")
     if not isinstance(prec, int) or not MIN_PREC <= prec <= MAX_PREC:
         raise BadInputError(f"prec {prec!r} is not between {MIN_PREC} and {MAX_PREC} bits")
     from tcert.checker.obligations import Obligations

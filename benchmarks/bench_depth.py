@@ -2,9 +2,12 @@
 
 Models: random pre-LN models of GPT-2-small width (`tcert model random --arch preln`: d_model 768, 12 heads
 of 64, d_mlp 3072, d_vocab 1000, gelu, final LN) at 1-12 layers; with --pythia also the 12-layer
-Pythia-160M shape (arch neox1l: rotary, parallel residual, d_vocab 50304). For each model and input length
-a certificate is written by the generator (`prediction_certificate`, the code behind `tcert predict`) and
-checked with the default command path (`verify`, flint at 64 bits; the kind raises its precision itself).
+Pythia-160M shape (arch neox1l: rotary, parallel residual, d_vocab 50304) at --pythia-layers. For each
+model and input length a certificate is written by the generator (`prediction_certificate`, the code behind
+`tcert predict`) and checked with the default command path (`verify`, flint at 64 bits; the kind raises its
+precision itself). With --influence, models of --influence-layers also get the default influence
+certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), checked
+the same way (rows with pass "influence": verdict, certified C in the "certified gap" column, time, memory).
 
 Two passes, in one run, each in its own child process (so peak memory is per check, from wait4):
 
@@ -15,12 +18,14 @@ Two passes, in one run, each in its own child process (so peak memory is per che
 
 Columns: certified gap and the float64 gap; "width" = upper - lower of the decisive gap's enclosure and
 "log2 ulps" = log2(width / 2^-prec) at the precision that decided (a few thousand ulps per layer is the
-target: log2 ulps / layers <= ~12); check seconds (wall, the check alone), the child process's CPU
+target: "bits lost / layer" = log2 ulps / layers <= ~12; "bits kept" = prec - log2 ulps); check seconds (wall, the check alone), the child process's CPU
 seconds (model load and setup included) and its peak RSS. Also writes a table
 (Markdown) and a PNG plot to --out.
 
     python benchmarks/bench_depth.py [--layers 1,2,4,12] [--lengths 64,256,1024] [--before-max-layers 4]
-                                     [--pythia] [--out DIR] [--append]
+                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12]
+                                     [--out DIR] [--append]
+    (each case runs in its own child processes; run the sweep in pieces with --append)
 """
 
 import argparse
@@ -51,6 +56,7 @@ def baseline_logits(B, model, tokens):
     angles = rotary_angles(B, cfg, range(n)) if cfg.rotary else None
     div, pairs, dh = attn_divisor(B, cfg), rotary_pairs(cfg), cfg.d_head
     for layer in range(cfg.n_layers):
+        W.release(f"blocks.{layer - 1}.")       # one block's weights at a time, as the checker's pass
         p, (ln1, ln2) = f"blocks.{layer}.attn.", ln_names(cfg, layer)
         A = layer_norm(B, X, W, ln1, cfg.eps)
         Q, K, V = ((A @ W.heads_concat(p + m)).rows() for m in ("W_Q", "W_K", "W_V"))
@@ -83,13 +89,18 @@ def run_before(model_path, cert_path):
     from tcert.checker.numbers import parse_number
     model, claim = load_model(model_path), json.load(open(cert_path))["claim"]
     B, k, margin = make_backend("flint", 64), claim["predicted"], parse_number(claim["margin"], "claim.margin")
+    from tcert.checker.errors import Rejected
     start = time.perf_counter()
-    with B.precision():
-        logits = baseline_logits(B, model, claim["tokens"])
-        gaps = [(logits[k] - x) for j, x in enumerate(logits) if j != k]
-        lows = [B.lower(g) for g in gaps]
-        lower = min(lows)
-        width = B.upper(gaps[lows.index(lower)]) - lower
+    try:
+        with B.precision():
+            logits = baseline_logits(B, model, claim["tokens"])
+            gaps = [(logits[k] - x) for j, x in enumerate(logits) if j != k]
+            lows = [B.lower(g) for g in gaps]
+            lower = min(lows)
+            width = B.upper(gaps[lows.index(lower)]) - lower
+    except Rejected as e:         # a NaN ball on the way (an endpoint read of a non-finite enclosure)
+        return dict(verdict="REJECTED: " + str(e)[:120], lower=float("nan"), width=float("nan"), prec=64,
+                    seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     finite = all(math.isfinite(float(B.upper(x))) and math.isfinite(float(B.lower(x))) for x in logits)
     verdict = "VERIFIED" if finite and lower >= margin else "REJECTED" + ("" if finite else " (nan)")
@@ -109,6 +120,24 @@ def run_after(model_path, cert_path):
     except Rejected as e:
         return dict(verdict="REJECTED: " + str(e)[:120], lower=float("nan"), width=float("nan"), prec=0,
                     seconds=time.perf_counter() - start)
+
+
+def run_influence(model_path, cert_path):
+    """The default influence certificate (tcert influence --model M) written, then checked by verify()."""
+    import tcert.api as tc
+    from tcert.checker.errors import Rejected
+    from tcert.checker.verify import verify
+    start = time.perf_counter()
+    tc.influence(tc.load_model(model_path)).save(cert_path)
+    gen = time.perf_counter() - start
+    start = time.perf_counter()
+    try:
+        ob = verify(cert_path, model_path)
+        verdict, c = "VERIFIED", float(ob.figure("claim.C"))
+    except Rejected as e:
+        verdict, c = "REJECTED: " + str(e)[:120], float("nan")
+    return dict(verdict=verdict, lower=c, width=float("nan"), prec=64, seconds=time.perf_counter() - start,
+                influence_generator_s=gen)
 
 
 def child(pass_name, model_path, cert_path):
@@ -153,12 +182,13 @@ def make_case(workdir, arch, size, layers, n_tokens, seed):
 def row_text(r):
     ulps = math.log2(r["width"] * 2.0 ** r["prec"]) if r["width"] > 0 else float("nan")
     return (f"| {r['model']} | {r['layers']} | {r['tokens']} | {r['pass']} | {r['verdict'][:60]} | {r['float_gap']:.6g} | "
-            f"{r['lower']:.10g} | {r['width']:.3g} | {r['prec']} | {ulps:.1f} | {r['seconds']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
-            f"{r['peak_mib']:.0f} |")
+            f"{r['lower']:.10g} | {r['width']:.3g} | {r['prec']} | {ulps:.1f} | {ulps / r['layers']:.1f} | "
+            f"{r['prec'] - ulps:.1f} | {r['seconds']:.1f} | {r.get('cpu_s', float('nan')):.1f} | {r['peak_mib']:.0f} |")
 
 
 HEADER = ("| model | layers | tokens | pass | verdict | float gap | certified gap | width | prec | log2 ulps | "
-          "check s | child CPU s | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "bits lost / layer | bits kept | check s | child CPU s | peak MiB |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def plot(rows, out_png):
@@ -190,25 +220,28 @@ def main():
     ap.add_argument("--layers", default="1,2,4,12")
     ap.add_argument("--lengths", default="64,256,1024", help="input lengths, at 1 layer")
     ap.add_argument("--before-max-layers", type=int, default=4, help="run the old pass up to this depth")
-    ap.add_argument("--pythia", action="store_true", help="also the 12-layer Pythia-160M shape at 64 tokens")
+    ap.add_argument("--pythia", action="store_true", help="also the Pythia-160M shape at 64 tokens")
+    ap.add_argument("--pythia-layers", default="12")
+    ap.add_argument("--influence", action="store_true", help="also the default influence certificate")
+    ap.add_argument("--influence-layers", default="12")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="docs/results/depth")
     ap.add_argument("--append", action="store_true", help="add to the rows already in --out (runs in pieces)")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        fn = run_after if args.one[0] == "after" else run_before
+        fn = {"after": run_after, "before": run_before, "influence": run_influence}[args.one[0]]
         print(json.dumps(fn(*args.one[1:])))
         return
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    layers, lengths = [int(x) for x in args.layers.split(",")], [int(x) for x in args.lengths.split(",")]
+    layers, lengths = [int(x) for x in args.layers.split(",") if x], [int(x) for x in args.lengths.split(",")]
     cases = [("gpt2-small-width", "preln", GPT2_SMALL, n, lengths[0]) for n in layers]
     cases += [("gpt2-small-width", "preln", GPT2_SMALL, 1, t) for t in lengths[1:]]
     if args.pythia:
-        cases.append(("pythia-160m-shape", "neox1l", PYTHIA_160M, 12, lengths[0]))
+        cases += [("pythia-160m-shape", "neox1l", PYTHIA_160M, int(n), lengths[0]) for n in args.pythia_layers.split(",")]
+    influence_layers = {int(x) for x in args.influence_layers.split(",")} if args.influence else set()
     os.makedirs(args.out, exist_ok=True)
     saved = os.path.join(args.out, "rows.json")
-    old = json.load(open(saved)) if args.append and os.path.exists(saved) else []
     rows = []
     print(HEADER)
     with tempfile.TemporaryDirectory(prefix="tcert-depth-") as workdir:
@@ -218,13 +251,16 @@ def main():
                 print(f"| {label} | {n_layers} | {n_tokens} | near-tie: no certificate |")
                 continue
             path, cpath, float_gap, gen = made
-            passes = ["after"] + (["before"] if n_layers <= args.before_max_layers and label.startswith("gpt2") else [])
+            passes = ["after"] + (["before"] if n_layers <= args.before_max_layers else [])
+            passes += ["influence"] if n_layers in influence_layers else []
             for pass_name in passes:
-                res, peak = child(pass_name, path, cpath)
+                res, peak = child(pass_name, path, cpath.replace(".json", "-influence.json")
+                                  if pass_name == "influence" else cpath)
                 r = dict(model=label, layers=n_layers, tokens=n_tokens, float_gap=float_gap, generator_s=gen,
                          peak_mib=peak, **{"pass": pass_name}, **res)
                 rows.append(r)
                 print(row_text(r), flush=True)
+    old = json.load(open(saved)) if args.append and os.path.exists(saved) else []   # read now: pieces may overlap
     rows = old + rows
     rows.sort(key=lambda r: (r["model"], r["layers"], r["tokens"], r["pass"]))
     with open(os.path.join(args.out, "table.md"), "w") as f:

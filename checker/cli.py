@@ -23,7 +23,7 @@ from fractions import Fraction
 from tcert.audit.terminal import PROGRESS_AFTER, Deadline, Progress, obligations_json, versions
 from tcert.checker import envelope
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.interval import BACKENDS, DEFAULT_PREC, make_backend
+from tcert.checker.interval import BACKEND_NAMES, DEFAULT_PREC, make_backend
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import show
 from tcert.checker.obligations import Obligations
@@ -61,8 +61,10 @@ def parser() -> Parser:
                epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("certificate", nargs="?", help="the certificate (JSON)")
     p.add_argument("--model", help="the model file (safetensors) the certificate binds to (required)")
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="flint",
-                   help="interval arithmetic: flint (python-flint's Arb, fast) or mpmath (reference) (default: flint)")
+    p.add_argument("--backend", choices=BACKEND_NAMES, default="flint",
+                   help="interval arithmetic: flint (python-flint's Arb; products with a point factor exact on float64 "
+                        "BLAS) or mpmath (the reference); -exact / +exact switch the exact product layer off / on "
+                        "(docs/soundness.md) (default: flint)")
     p.add_argument("--prec", type=int, default=DEFAULT_PREC,
                    help=f"interval precision in bits, {MIN_PREC}..{MAX_PREC} (default: {DEFAULT_PREC})")
     p.add_argument("--retry-prec", type=int, default=None, metavar="BITS",
@@ -206,7 +208,7 @@ def backend(name: str, prec: int):
     except ImportError as e:
         package = {"flint": "python-flint"}.get(getattr(e, "name", None) or "", getattr(e, "name", None))
         raise BadInput(f"backend {name} needs the package {package}, which is not installed: pip install {package}"
-                       + (", or use --backend mpmath" if name == "flint" else "")) from None
+                       + (", or use --backend mpmath" if name.startswith("flint") else "")) from None
 
 
 def known(record: dict) -> dict:

@@ -39,6 +39,15 @@ def test_version(capsys):
     assert code == 0 and set(json.loads(line)["versions"]) == set(LIBRARIES)
 
 
+@pytest.mark.parametrize("name", ["flint", "flint-exact", "mpmath", "mpmath+exact"])
+def test_every_backend_name_is_offered_and_verifies(capsys, name):
+    """--backend takes each backend with the exact product layer on and off; the shipped certificate verifies
+    under all four, and the JSON record names the one used."""
+    code, line = run(capsys, PERM_LP, "--model", NEOX, "--json", "--backend", name)
+    r = json.loads(line)
+    assert code == 0 and r["verdict"] == "VERIFIED" and r["backend"] == name
+
+
 def test_json_verified_carries_what_an_auditor_files(capsys):
     code, line = run(capsys, PERM_LP, "--model", NEOX, "--json", "--backend", "mpmath", "--prec", "80")
     r = json.loads(line)
