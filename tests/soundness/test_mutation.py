@@ -39,6 +39,16 @@ def assert_sound(tally, what):
     assert tally.counts["accepted-false"] == 0
 
 
+def assert_case_sound(case, shas, seed, flint_sample=FLINT_SAMPLE):
+    """A sample of the case's mutants with flint (some rejected) and a smaller one with mpmath: no mutant
+    accepted-false, undecided or an internal error."""
+    tally = M.run_case(case, shas, flint_sample, seed=seed)
+    assert_sound(tally, f"{case.kind} {case.name} (flint)")
+    assert tally.counts["rejected"] > 0
+    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=100 + seed, backend="mpmath")
+    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+
+
 def test_every_kind_has_a_case(cases):
     assert {c.kind for c in cases} == set(M.KINDS)
 
@@ -46,11 +56,7 @@ def test_every_kind_has_a_case(cases):
 @pytest.mark.parametrize("i", range(10))
 def test_sampled_mutants_never_accepted_false(cases, shas, i):
     case = cases[i]
-    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=i)
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=100 + i, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, i)
 
 
 @pytest.mark.parametrize("name", ["tiny neox1l perm/tight", "tiny neox1l any/tight", "tiny nope any/naive",
@@ -59,11 +65,7 @@ def test_tight_overwhelm_mutants_never_accepted_false(cases, shas, name):
     """The overwhelm method `tight` (lambdas per head and competitor, assignment duals) and models without
     positions (NoPE, appendix F): same standard."""
     case = next(c for c in cases if c.name == name)
-    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=7)
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=107, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, 7)
 
 
 @pytest.mark.parametrize("name", ["tiny max-of-3 v6 refine", "tiny max-of-3 v6 refine:1.1x",
@@ -73,11 +75,7 @@ def test_refine_and_weighted_accuracy_mutants_never_accepted_false(cases, shas, 
     (position weights, max_at_least; judged by exhaustive weighted counts): same standard, and the certified
     weight moved past itself is rejected."""
     case = next(c for c in cases if c.name == name)
-    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=13)
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=113, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, 13)
     for label, cert in M.headline_mutants(case):
         verdict, detail = M.run_checker(cert, case.model_path)
         assert verdict == "rejected", (case.name, label, detail)
@@ -87,32 +85,20 @@ def test_llama_influence_mutants_never_accepted_false(cases, shas):
     """Global influence constants on a Llama-family model (RMSNorm, gated MLP, grouped-query attention):
     same standard, judged by the exhaustive influence oracle."""
     case = next(c for c in cases if c.name == "tiny llama L2 gqa")
-    tally = M.run_case(case, shas, example_scale(30), seed=17)   # each check ~1 s: a smaller flint sample
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=117, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, 17, example_scale(30))   # each check ~1 s: a smaller flint sample
 
 
 def test_local_influence_mutants_never_accepted_false(cases, shas):
     """The local claim (one input's own attention pattern and values): same standard, judged by every single
     substitution and every set of <= R substitutions of the input."""
     case = next(c for c in cases if c.name == "tiny local rotary parallel")
-    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=19)
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=119, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, 19)
 
 
 def test_upto_overwhelm_mutants_never_accepted_false(cases, shas):
     """The overwhelm free kind upto (evidence per length, shared tables in the checker): same standard."""
     case = next(c for c in cases if c.name == "tiny neox1l upto/naive")
-    tally = M.run_case(case, shas, FLINT_SAMPLE, seed=11)
-    assert_sound(tally, f"{case.kind} {case.name} (flint)")
-    assert tally.counts["rejected"] > 0
-    tally = M.run_case(case, shas, MPMATH_SAMPLE, seed=111, backend="mpmath")
-    assert_sound(tally, f"{case.kind} {case.name} (mpmath)")
+    assert_case_sound(case, shas, 11)
 
 
 @pytest.mark.parametrize("kind", M.KINDS)
