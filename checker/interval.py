@@ -44,7 +44,8 @@ from tcert.checker.errors import Rejected
 
 DEFAULT_PREC = 64
 BACKENDS = ("flint", "mpmath")
-# Every name make_backend takes: each backend with the exact product layer on and off (its default first).
+# The names offered to users (tcert-check --backend, tcert.api.check): each backend at its default, then with
+# the exact product layer switched (make_backend also takes the redundant "flint+exact", "mpmath-exact").
 BACKEND_NAMES = ("flint", "flint-exact", "mpmath", "mpmath+exact")
 # Every exact rational leaving the interval world (`lower` / `upper` / `abs_upper`) is 0 or a dyadic
 # m 2^e with |m| < 2^prec and 2^-MAX_EXP <= |m 2^e| < 2^MAX_EXP, so it costs at most MAX_EXP + prec bits
