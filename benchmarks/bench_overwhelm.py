@@ -25,6 +25,7 @@ float64) and compared with the certified Cauchy-Schwarz ("norm") bound the any-c
 
 import argparse
 import os
+import resource
 import tempfile
 import time
 
@@ -74,10 +75,12 @@ def run_case(name, model, model_path, workdir, looseness, backends=("flint",)):
     print(f"\n== {name}: n_fix {n_fix}, free {spec[0]}:{spec[1]}, method {method}, prefix token {dom} x {n_fix}, "
           f"query {query}")
     print(format_report(report))
-    print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU (float verdict {report['verdict']}; choosing the prefix token took "
-          f"{t_pick:.2f} s, not counted)")
+    gen_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # KiB -> GiB; with the model loaded
+    print(f"generator: {t_gen:.2f} s wall, {c_gen:.2f} s CPU, peak RSS of this process so far {gen_rss:.2f} GB (float "
+          f"verdict {report['verdict']}; choosing the prefix token took {t_pick:.2f} s, not counted)")
     for backend in backends:
         res = report_check(path, model_path, backend, t_gen, c_gen)
+        print(f"checker/generator peak memory ratio: {res['peak_rss_gb'] / gen_rss:.2f}")
     if looseness and report["value_bound"] == "norm":
         T = float_tables(FloatModel(model), prefix, query, list(range(c.d_vocab)), spec[1])
         t0 = time.perf_counter()
