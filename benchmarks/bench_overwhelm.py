@@ -5,7 +5,9 @@
 --d-vocab 5000 runs the same shape with a medium vocabulary (the model file is named by it). On the
 shared 2-core machine run it with OPENBLAS_NUM_THREADS=1 (both sides inherit it; the value is printed):
 multithreaded OpenBLAS on a loaded machine makes small products ~10x slower. The last line of a case
-is the same-run ratio checker/generator (target <= 5 for perm:35 lp).
+is the same-run ratio checker/generator (target <= 5 for perm:35 lp). The generator's time includes its
+rigorous confirmation of the sample's margin (the checker's forward pass, so that it claims only what the
+checker confirms): at paper scale about 12 of its 14 s, so the ratio to its float work alone is ~6x larger.
 
 Model: tcert.generator.model.random_models.random_model("neox1l", d_vocab 30522, d_model 512, 8 heads, d_head 64,
 d_mlp 2048, n_ctx 2048, seed 0). Cases (issue 3):
