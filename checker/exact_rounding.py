@@ -279,16 +279,21 @@ def ends_from_arb(mat):
     return tuple(ends)
 
 
-def ends_from_mpf(rows):
-    """((lo1, lo2), (hi1, hi2)) for rows of mpmath iv.mpf intervals: each endpoint m 2^e (exact ints)
-    as two outward float64 parts (`_end_parts`). ValueError when an interval is not finite."""
-    ends = []
+def mpf_ends(rows):
+    """Each entry of rows of mpmath iv.mpf intervals as (lo mantissa, lo exponent, hi mantissa, hi exponent),
+    exact signed ints. ValueError when an interval is not finite."""
     for row in rows:
         for x in row:
             (sa, ma, ea, _), (sb, mb, eb, _) = x._mpi_
             if (ma == 0 and ea != 0) or (mb == 0 and eb != 0):   # mpmath's nan / inf encodings
                 raise ValueError("an interval is not finite")
-            ends.append(_end_parts(-ma if sa else ma, ea, False) + _end_parts(-mb if sb else mb, eb, True))
+            yield -ma if sa else ma, ea, -mb if sb else mb, eb
+
+
+def ends_from_mpf(rows):
+    """((lo1, lo2), (hi1, hi2)) for rows of mpmath iv.mpf intervals: each endpoint m 2^e (exact ints)
+    as two outward float64 parts (`_end_parts`). ValueError when an interval is not finite."""
+    ends = [_end_parts(ma, ea, False) + _end_parts(mb, eb, True) for ma, ea, mb, eb in mpf_ends(rows)]
     q = np.array(ends, dtype=np.float64).reshape(len(rows), -1, 4)
     return (q[..., 0], q[..., 1]), (q[..., 2], q[..., 3])
 

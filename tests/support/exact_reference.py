@@ -26,7 +26,7 @@ from tcert.checker.exact_products import (ACC_LIMIT, CUT_CHUNK, MIN_EXP, SAFE, E
                                           _require_exact,
                                           _scaled, exact_matrix)
 from tcert.checker.exact_products import point_product as _exact_point_product
-from tcert.checker.exact_rounding import CACHE_CHUNK, _end_float
+from tcert.checker.exact_rounding import CACHE_CHUNK, _end_float, mpf_ends
 
 NARROW = 4                # radius digits up to this are bounded by an envelope, larger ones exactly
 
@@ -401,13 +401,7 @@ def interval_from_arb(mat) -> Interval:
 
 def interval_from_mpf(rows) -> Interval:
     """The endpoints of rows of mpmath iv.mpf intervals, rounded outward to float64."""
-    ends = []
-    for row in rows:
-        for x in row:
-            (sa, ma, ea, _), (sb, mb, eb, _) = x._mpi_
-            if (ma == 0 and ea != 0) or (mb == 0 and eb != 0):   # mpmath's nan / inf encodings
-                raise ValueError("an interval is not finite")
-            ends.append((_end_float(-ma if sa else ma, ea, False), _end_float(-mb if sb else mb, eb, True)))
+    ends = [(_end_float(ma, ea, False), _end_float(mb, eb, True)) for ma, ea, mb, eb in mpf_ends(rows)]
     pairs = np.array(ends, dtype=np.float64).reshape(len(rows), -1, 2)
     return Interval(pairs[..., 0], pairs[..., 1])
 

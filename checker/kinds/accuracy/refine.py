@@ -343,26 +343,10 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
     weight, counted, left = 0, 0, []
     for s in range(0, len(groups), step):
         chunk = groups[s:s + step]
-        ms = np.array([m for m, _, _ in chunk])
-        ax = lambda j, first: (first,) + tuple(v if k == j else 1 for k in range(len(P)))
-        inK = np.zeros((len(ms), v), dtype=bool)
-        for g, (_, K, _) in enumerate(chunk):
-            inK[g, K] = True
-        valid, all_K = np.ones((len(ms),) + (v,) * len(P), dtype=bool), True
-        for j in range(len(P)):
-            valid &= np.arange(v).reshape(ax(j, 1)) < ms.reshape(ax(-1, len(ms)))
-            all_K = all_K & inK.reshape(ax(j, len(ms)))
-        valid &= ~all_K
-        F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-        proved = np.zeros_like(valid)
-        for j, p in enumerate(P):
-            A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
-                      np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
-            A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
-            proved |= A.max(axis=2).reshape(ax(j, len(ms))) + sum(
-                (Dal[i][:, ms].T.reshape(ax(k, len(ms))) for k, i in enumerate(P) if k != j), np.int64(0)) < 0
+        ms, fixed = np.array([m for m, _, _ in chunk]), [f for _, _, f in chunk]
+        valid = grid_fillings(chunk, ms, len(P), v)
+        proved = grid_proved(query, q, P, ms)
         good, rest = valid & proved, valid & ~proved
-        fixed = [f for _, _, f in chunk]
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
@@ -370,15 +354,56 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
             for i in reversed(P):
                 free = free @ dist.arrays[i]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        idx = np.nonzero(rest)
-        for g in np.unique(idx[0]):
-            sel = idx[0] == g
-            tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
-            tok[:, n - 1] = q
-            for j, p in enumerate(P):
-                tok[:, p] = idx[j + 1][sel]
-            left.append((tok, P, fixed[g]))
+        left += unproved_inputs(rest, ms, fixed, q, P, n)
     return weight, counted, left
+
+
+def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
+    """The shape that lays a length-v axis along free position j of a (first, v, ..., v) grid of k positions."""
+    return (first,) + tuple(v if i == j else 1 for i in range(k))
+
+
+def grid_fillings(chunk, ms, k: int, v: int):
+    """Boolean grid (group, x_1, ..., x_k): the fillings of group g's k free positions below its m, not all in
+    its K (those are the group's pattern, counted elsewhere)."""
+    inK = np.zeros((len(ms), v), dtype=bool)
+    for g, (_, K, _) in enumerate(chunk):
+        inK[g, K] = True
+    valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
+    for j in range(k):
+        valid &= np.arange(v).reshape(grid_axes(j, 1, k, v)) < ms.reshape(grid_axes(-1, len(ms), k, v))
+        all_K = all_K & inK.reshape(grid_axes(j, len(ms), k, v))
+    return valid & ~all_K
+
+
+def grid_proved(query, q: int, P, ms):
+    """Boolean grid (group, x_1, ..., x_k): the fillings `rows.coupled`'s bound proves, coupling one free
+    position at a time with the fixed rows (the other free positions by their top-2 bound Dal)."""
+    rows, Eq, Dal = query
+    n, v = rows.E.shape
+    F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
+    proved = np.zeros((len(ms),) + (v,) * len(P), dtype=bool)
+    for j, p in enumerate(P):
+        A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
+                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
+        A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
+        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), v)) + sum(
+            (Dal[i][:, ms].T.reshape(grid_axes(k, len(ms), len(P), v)) for k, i in enumerate(P) if k != j),
+            np.int64(0)) < 0
+    return proved
+
+
+def unproved_inputs(rest, ms, fixed, q: int, P, n: int) -> list:
+    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
+    left, idx = [], np.nonzero(rest)
+    for g in np.unique(idx[0]):
+        sel = idx[0] == g
+        tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
+        tok[:, n - 1] = q
+        for j, p in enumerate(P):
+            tok[:, p] = idx[j + 1][sel]
+        left.append((tok, P, fixed[g]))
+    return left
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
