@@ -272,7 +272,7 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
     ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
     if where is not None:
-        ks, vs = [spread(B, x, where) for x in ks], [spread(B, x, where) for x in vs]
+        ks, vs = [take(B, x, where) for x in ks], [take(B, x, where) for x in vs]
     if cfg.rotary:
         pairs = rotary_pairs(cfg)
         qs = [rotate_rows(B, x, lambda i, row: rotate(row, angles[queries[i]], pairs)) for x in qs]
@@ -282,12 +282,6 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
-
-
-def spread(B: Backend, X: Rows, where: list) -> Rows:
-    """The rows X[where[0]], X[where[1]], ... (a row may repeat): one list gather, no arithmetic."""
-    data = X.centre.rows()
-    return Rows(B.matrix([data[i] for i in where]), [X.eps[i] for i in where])
 
 
 def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
@@ -312,13 +306,12 @@ def block(B: Backend, W: Weights, cfg, layer: int, X: Rows, queries: list, angle
     ln1, ln2 = ln_names(cfg, layer)
     a_in = normalised(B, W, cfg, X, ln1)
     at = queries if where is None else [where[q] for q in queries]
-    resid = spread(B, X, at) if where is not None else take(B, X, queries)
+    resid = take(B, X, at)
     attn = attention_output(B, W, cfg, layer, a_in, queries, angles, where)
     if cfg.attn_only:
         return add(B, resid, attn)
     if cfg.parallel_attn_mlp:
-        m_in = (spread(B, a_in, at) if where is not None else take(B, a_in, queries)) if ln2 == ln1 \
-            else normalised(B, W, cfg, resid, ln2)
+        m_in = take(B, a_in, at) if ln2 == ln1 else normalised(B, W, cfg, resid, ln2)
         return add(B, resid, attn, mlp_output(B, W, cfg, layer, m_in))
     mid = add(B, resid, attn)
     return add(B, mid, mlp_output(B, W, cfg, layer, normalised(B, W, cfg, mid, ln2)))

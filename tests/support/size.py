@@ -76,7 +76,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # The one-more-read clean-up: refine.coupled_groups (47 lines) split into grid_fillings / grid_proved /
 # unproved_inputs / grid_axes (accuracy +11: signatures and docstring-free lines of the split); exact_rounding's
 # mpf_ends shared by ends_from_mpf and the reference module's interval_from_mpf (exact +1).
-BUDGETS = {"kernel": 1909, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1155, "influence": 567}
+# error_balls.take returns its input only for the identity index list (it did for any list of the right
+# length), so forward.py's separate gather `spread` went: kernel -4.
+BUDGETS = {"kernel": 1905, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1155, "influence": 567}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
