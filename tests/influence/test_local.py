@@ -11,7 +11,8 @@ import pytest
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence.local import local_parts, movement
+from tcert.checker.kinds.influence.local import (gap_floor, gaps, local_parts, movement, multi_floors, projections,
+                                                 single_floors)
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
@@ -39,8 +40,10 @@ def tiny(tmp_path, **kw):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_exhaustive_local_soundness(tmp_path, name):
     """For an input x of length 5: every single substitution moves y by <= change and p by <= change_prob;
-    for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R)
-    (rigorous Arb at 100 bits), and the bounds are not vacuous (the worst single change reaches 5%)."""
+    for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R), and leaves
+    it >= the per-competitor floor (every j listed as a competitor: `single_floors` for R = 1, exact up to
+    rounding, `multi_floors` for R >= 2) (rigorous Arb at 100 bits); the bounds are not vacuous (the worst
+    single change reaches 5%; without a final LN the single-change floor is met to 1e-9)."""
     path, model = tiny(tmp_path, **MODELS[name])
     B = make_backend("flint", 100)
     W = Weights(B, model)
@@ -52,9 +55,13 @@ def test_exhaustive_local_soundness(tmp_path, name):
     columns = parts["unembed"].T
     from tcert.checker.kinds.influence.norms import max_row_dist
     G = max_row_dist(make_backend("flint"), columns, columns.rows()[k])
-    worst = Fraction(0)
+    B0, cands = make_backend("flint"), [j for j in range(3) if j != k]
+    gs, (w, unorms) = gaps(B0, model, parts, k), projections(B0, parts, k, cands)
+    worst, lowest = Fraction(0), {}
     for R in range(1, len(x)):
         bound = G * movement(parts, R)
+        deltas = single_floors(B0, parts, w, len(cands)) if R == 1 else multi_floors(B0, parts, w, unorms, R)
+        floors = {b: gap_floor(B0, parts, gs[b], d, R) for b, d in zip(cands, deltas)}
         for S in itertools.combinations(range(len(x) - 1), R):
             for toks in itertools.product(range(3), repeat=R):
                 x2 = list(x)
@@ -63,19 +70,26 @@ def test_exhaustive_local_soundness(tmp_path, name):
                 y2, l2 = final_residual(B, model, x2, W), last_logits(B, model, x2, W)
                 for j in range(3):
                     assert B.upper(abs((l0[k] - l0[j]) - (l2[k] - l2[j]))) <= bound, (R, S, toks)
+                for b in cands:
+                    assert B.upper(l2[k] - l2[b]) >= floors[b], (R, S, toks, b)
+                    if R == 1:
+                        lowest[b] = min(lowest.get(b, B.upper(l0[k] - l0[b])), B.upper(l2[k] - l2[b]))
                 if R == 1:
                     dy = B.upper(B.sqrt(B.num(max(B.upper(B.fsum((a - b) * (a - b) for a, b in zip(y0, y2))), 0))))
                     dp = sum(B.abs_upper(a - b) for a, b in zip(p0, softmax(B, l2)))
                     assert dy <= parts["change"] and dp <= parts["change_prob"], (S, toks)
                     worst = max(worst, dy / parts["change"])
     assert worst > Fraction(1, 20)
+    single = {b: gap_floor(B0, parts, gs[b], d, 1) for b, d in zip(cands, single_floors(B0, parts, w, len(cands)))}
+    tol = Fraction(1, 10 ** 9) if not model.config.final_ln else None   # a final LN: sigma(y') between its ends
+    assert all(Fraction(0) <= lowest[b] - single[b] and (tol is None or lowest[b] - single[b] < tol) for b in cands)
 
 
 def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_path):
     path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
     x = [2, 2, 2, 2, 2]
     cert, info = local_certificate(model, x)
-    assert cert is not None and info["R"] == 2, info
+    assert cert is not None and info["R"] == 3 and cert["claim"]["local"]["competitors"] == [0], info
     import json
     import jsonschema
     from tcert.testing import ROOT
@@ -84,7 +98,8 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
     figs = {}
     for backend in ("flint", "mpmath"):
         ob = verify(cert, path, backend)
-        figs[backend] = {key: ob.figure(f"claim.local.{key}") for key in ("change", "change_prob", "movement")}
+        figs[backend] = {key: ob.figure(f"claim.local.{key}") for key in ("change", "change_prob", "movement",
+                                                                             "gap_floor")}
         assert "survives ANY change" in ob.summary
     for key in figs["flint"]:   # the two backends' recomputed needs agree to 1e-12 relative
         a, b = figs["flint"][key], figs["mpmath"][key]
@@ -99,6 +114,14 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
         bad = copy.deepcopy(cert)
         bad["claim"]["local"]["substitutions"] = info["R"] + 1
         with pytest.raises(Rejected, match="R changes cannot close the gap"):
+            verify(bad, path)
+    bad = copy.deepcopy(cert)   # the listed competitor left to the coarse rule G lip_f D: its gap is too small
+    bad["claim"]["local"]["competitors"] = []
+    with pytest.raises(Rejected, match="competitor 0 \\(not listed\\)"):
+        verify(bad, path)
+    for competitors in ([0, 0], [0, info["predicted"]], [0, 3], ["0"], 0):
+        bad["claim"]["local"]["competitors"] = competitors
+        with pytest.raises(BadInput, match="claim.local.competitors"):
             verify(bad, path)
     bad = copy.deepcopy(cert)
     bad["claim"]["local"]["prediction"]["margin"] = certificate.num(
@@ -130,7 +153,7 @@ def test_local_cli(tmp_path, capsys):
     path, _ = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
     out = str(tmp_path / "local.json")
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--out", out]) == 0
-    assert "survives any 2" in capsys.readouterr().out
+    assert "survives any 3" in capsys.readouterr().out
     verify(out, path)
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--substitutions", "4",
                  "--out", out]) == 4
