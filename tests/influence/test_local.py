@@ -11,8 +11,8 @@ import pytest
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence.local import (gap_floor, gaps, local_parts, movement, multi_floors, projections,
-                                                 single_floors)
+from tcert.checker.kinds.influence.local import (exact_gaps, gap_floor, gaps, local_parts, movement, multi_floors,
+                                                 projections, safety_radius, unscreened)
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
@@ -41,9 +41,9 @@ def tiny(tmp_path, **kw):
 def test_exhaustive_local_soundness(tmp_path, name):
     """For an input x of length 5: every single substitution moves y by <= change and p by <= change_prob;
     for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R), and leaves
-    it >= the per-competitor floor (every j listed as a competitor: `single_floors` for R = 1, exact up to
-    rounding, `multi_floors` for R >= 2) (rigorous Arb at 100 bits); the bounds are not vacuous (the worst
-    single change reaches 5%; without a final LN the single-change floor is met to 1e-9)."""
+    it >= the per-competitor floor (`multi_floors`, every j listed); every single change's smallest gap is
+    >= `exact_gaps` (met to 1e-9: the rule is exact) and > 0 where the safety radius screens it (rigorous Arb
+    at 100 bits); the bounds are not vacuous (the worst single change reaches 5%)."""
     path, model = tiny(tmp_path, **MODELS[name])
     B = make_backend("flint", 100)
     W = Weights(B, model)
@@ -57,11 +57,13 @@ def test_exhaustive_local_soundness(tmp_path, name):
     G = max_row_dist(make_backend("flint"), columns, columns.rows()[k])
     B0, cands = make_backend("flint"), [j for j in range(3) if j != k]
     gs, (w, unorms) = gaps(B0, model, parts, k), projections(B0, parts, k, cands)
-    worst, lowest = Fraction(0), {}
+    worst = Fraction(0)
+    pairs = [[j, t] for j in range(len(x) - 1) for t in range(3)]
+    exact = {(j, t): g for (j, t), g in zip(pairs, exact_gaps(B0, model, parts, k, pairs))}
+    screened = {(j, t) for j, t in pairs} - {(j, t) for j, t in unscreened(parts, safety_radius(B0, parts, gs, k))}
     for R in range(1, len(x)):
         bound = G * movement(parts, R)
-        deltas = single_floors(B0, parts, w, len(cands)) if R == 1 else multi_floors(B0, parts, w, unorms, R)
-        floors = {b: gap_floor(B0, parts, gs[b], d, R) for b, d in zip(cands, deltas)}
+        floors = {b: gap_floor(B0, parts, gs[b], d, R) for b, d in zip(cands, multi_floors(B0, parts, w, unorms, R))}
         for S in itertools.combinations(range(len(x) - 1), R):
             for toks in itertools.product(range(3), repeat=R):
                 x2 = list(x)
@@ -72,17 +74,15 @@ def test_exhaustive_local_soundness(tmp_path, name):
                     assert B.upper(abs((l0[k] - l0[j]) - (l2[k] - l2[j]))) <= bound, (R, S, toks)
                 for b in cands:
                     assert B.upper(l2[k] - l2[b]) >= floors[b], (R, S, toks, b)
-                    if R == 1:
-                        lowest[b] = min(lowest.get(b, B.upper(l0[k] - l0[b])), B.upper(l2[k] - l2[b]))
                 if R == 1:
+                    true_min = min(B.upper(l2[k] - l2[b]) for b in cands)
+                    assert Fraction(0) <= true_min - exact[S[0], toks[0]] < Fraction(1, 10 ** 9), (S, toks)
+                    assert (S[0], toks[0]) not in screened or true_min > 0
                     dy = B.upper(B.sqrt(B.num(max(B.upper(B.fsum((a - b) * (a - b) for a, b in zip(y0, y2))), 0))))
                     dp = sum(B.abs_upper(a - b) for a, b in zip(p0, softmax(B, l2)))
                     assert dy <= parts["change"] and dp <= parts["change_prob"], (S, toks)
                     worst = max(worst, dy / parts["change"])
     assert worst > Fraction(1, 20)
-    single = {b: gap_floor(B0, parts, gs[b], d, 1) for b, d in zip(cands, single_floors(B0, parts, w, len(cands)))}
-    tol = Fraction(1, 10 ** 9) if not model.config.final_ln else None   # a final LN: sigma(y') between its ends
-    assert all(Fraction(0) <= lowest[b] - single[b] and (tol is None or lowest[b] - single[b] < tol) for b in cands)
 
 
 def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_path):
@@ -128,6 +128,32 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
         parse_number(bad["claim"]["local"]["prediction"]["margin"], "m") * 2)
     with pytest.raises(Rejected, match="prediction logit gap"):
         verify(bad, path)
+
+
+def test_local_exact_changes_verify_backends_agree_and_mutations_rejected(tmp_path):
+    """R = 1 by the exact single-change rule: the listed changes are the ones the safety radius does not
+    screen; dropping any one is REJECTED (named, with its numbers), malformed lists are BadInput, both backends
+    agree on the figures."""
+    path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.8, seed=4)
+    x = [2, 2, 2, 2, 2]
+    cert, info = local_certificate(model, x, 1)
+    changes = cert["claim"]["local"]["exact_changes"]
+    assert cert is not None and info["R"] == 1 and len(changes) == 4, info
+    figs = {}
+    for backend in ("flint", "mpmath"):
+        ob = verify(cert, path, backend)
+        figs[backend] = [ob.figure(f"claim.local.{key}") for key in ("safety_radius", "gap_floor")]
+    assert all(abs(a - b) <= Fraction(1, 10 ** 12) * abs(a) for a, b in zip(*figs.values())), figs
+    for i, (j, t) in enumerate(changes):
+        bad = copy.deepcopy(cert)
+        del bad["claim"]["local"]["exact_changes"][i]
+        with pytest.raises(Rejected, match=f"change \\(position {j}, token {t}\\) not listed: lip_f\\*N = "):
+            verify(bad, path)
+    for value in (changes + changes[:1], [[4, 0]], [[0, 3]], [[0]], [0, 1], "x"):
+        bad = copy.deepcopy(cert)
+        bad["claim"]["local"]["exact_changes"] = value
+        with pytest.raises(BadInput, match="claim.local.exact_changes"):
+            verify(bad, path)
 
 
 def test_local_refusals(tmp_path):

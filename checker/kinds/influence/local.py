@@ -72,7 +72,8 @@ def exp_scores(B, v, j) -> list:
 def position_bounds(B, views, tokens, j, Es) -> tuple:
     """At non-final position j: (the single-change bound max_t sum_h min(old_h, (up(e_j) d_h[x_j] + up(E_t)
     d_h[t]) / (others_j + low(E_t))), per head (up of the best exp-score E, gamma_j = up(e_j) d_h[x_j] +
-    max_t up(E_t) d_h[t])); E_t (Es: per head) the exp-score token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
+    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max); E_t (Es: per head) the exp-score
+    token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
     total, per_head = None, []
     for v, E in zip(views, Es):
         E_lo, E_hi, d = [B.lower(x) for x in E], [B.upper(x) for x in E], v["dist"]
@@ -81,7 +82,7 @@ def position_bounds(B, views, tokens, j, Es) -> tuple:
         new = [min(old, (own + hi * dt) / (others + lo)) for lo, hi, dt in zip(E_lo, E_hi, d)]
         total = new if total is None else [a + b for a, b in zip(total, new)]
         per_head.append((best, own + max(hi * dt for hi, dt in zip(E_hi, d))))
-    return max(total), per_head
+    return max(total), per_head, total
 
 
 def local_parts(B, model, tokens) -> dict:
@@ -91,8 +92,8 @@ def local_parts(B, model, tokens) -> dict:
     X_all, div = finite_inputs(B, model), attn_divisor(B, cfg)
     views = [head_view(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
     pos = [position_bounds(B, views, tokens, j, [exp_scores(B, v, j) for v in views]) for j in range(n - 1)]
-    change = max(c for c, _ in pos) if n > 1 else Fraction(0)
-    heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per in pos]) for h, v in enumerate(views)]
+    change = max(c for c, _, _ in pos) if n > 1 else Fraction(0)
+    heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per, _ in pos]) for h, v in enumerate(views)]
     y = final_residual(B, model, tokens, Weights(B, model))
     M = centred_scaled(B, t["ln_final.w"], t["unembed.W_U"]) if cfg.final_ln else B.array(t["unembed.W_U"])
     mean = B.fsum(y) / cfg.d_model
@@ -108,6 +109,7 @@ def local_parts(B, model, tokens) -> dict:
     radius = max_row_dist(B, M.T, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
     return {"change": change, "change_prob": min(radius * lip_f(change) * change, Fraction(2)), "heads": heads,
             "lip_f": lip_f, "scale": scale, "unembed": M, "n": n, "views": views, "tokens": list(tokens), "y": y,
+            "pair_moves": [N for _, _, N in pos],
             **({"ln": True} if cfg.final_ln else {})}
 
 
@@ -166,22 +168,47 @@ def projections(B, parts, k, cands) -> list:
     return out, [vector_norm(B, B.matrix([row])) for row in U.T.rows()]
 
 
-def single_floors(B, parts, w, C) -> list:
-    """Per competitor i: a lower bound of u_i . (y' - y) over every ONE substitution: at position j to token t
-    head h's output moves along u_i by exactly (E_t w[t][i] - e_j w[x_j][i]) / (Z - e_j + E_t), summed over
-    the heads with the same t."""
-    floors, views, tokens = [None] * C, parts["views"], parts["tokens"]
-    for j in range(parts["n"] - 1):
-        Es = [exp_scores(B, v, j) for v in views]
-        for i in range(C):
-            terms = None
-            for v, E, wh in zip(views, Es, w):
-                Zr, c = v["Z"] - v["e"][j], v["e"][j] * wh[tokens[j]][i]
-                col = [(Et * wt[i] - c) / (Zr + Et) for Et, wt in zip(E, wh)]
-                terms = col if terms is None else [a + b for a, b in zip(terms, col)]
-            low = min(B.lower(x) for x in terms)
-            floors[i] = low if floors[i] is None else min(floors[i], low)
-    return floors
+def safety_radius(B, parts, gs, k) -> Fraction:
+    """rho = min_(b != k) low(l_k - l_b) / up(||u_b||): a final-LN output moving by < rho keeps every gap > 0."""
+    cols = parts["unembed"].T
+    norms, rho = row_dists(B, cols, cols.rows()[k]), None
+    for b in (b for b in range(len(gs)) if b != k):
+        gap = gap_floor(B, parts, gs[b], Fraction(0), 0)
+        if norms[b] > 0 or gap <= 0:   # a zero direction never moves: only its sign matters
+            r = gap / norms[b] if norms[b] > 0 else Fraction(0)
+            rho = r if rho is None else min(rho, r)
+    return max(rho, Fraction(0)) if rho is not None else Fraction(1)
+
+
+def unscreened(parts, rho) -> list:
+    """The single changes (j, t) whose bound N_(j,t) the radius does not cover: lip_f(change) N_(j,t) >= rho."""
+    lip = parts["lip_f"](parts["change"])
+    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if lip * N >= rho]
+
+
+def exact_gaps(B, model, parts, k, pairs) -> list:
+    """For each single change (j, t): a lower bound of min_(b != k) l_k - l_b on the changed input, from
+    y' = y + sum_h (E_(j,t) (v_t - o) - e_j (v_(x_j) - o)) / (Z - e_j + E_(j,t)) (exact: only key j moves)."""
+    cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
+    vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
+    rows = []
+    for j, t in pairs:
+        y2 = list(parts["y"])
+        for v, vr, kr in zip(views, vals, keys):
+            E = B.exp(B.dot(v["qs"][j], kr[t]) / v["div"] - v["shift"])
+            den = v["Z"] - v["e"][j] + E
+            y2 = [y + (E * (a - o) - v["e"][j] * (c - o)) / den for y, a, c, o in zip(y2, vr[t], vr[x[j]], v["o"])]
+        if cfg.final_ln:
+            mean = B.fsum(y2) / cfg.d_model
+            cen = [y - mean for y in y2]
+            sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
+            w = B.array(tensors["ln_final.w"]).rows()[0]
+            bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
+            y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
+        rows.append(y2)
+    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows() if rows else []
+    bU = B.array(tensors["unembed.b_U"]).rows()[0] if "unembed.b_U" in tensors else [B.num(0)] * cfg.d_vocab
+    return [min(B.lower(row[k] + bU[k] - l - c) for b, (l, c) in enumerate(zip(row, bU)) if b != k) for row in logits]
 
 
 def multi_floors(B, parts, w, unorms, R) -> list:
@@ -223,21 +250,50 @@ def parse_competitors(value, V: int, k: int) -> list:
     return out
 
 
-def survives(B, model, ob, fig, needs, k, R, G, competitors) -> Fraction:
-    """Every competitor b's gap l_k - l_b stays > 0 after any R changes: a listed b along its direction
-    (`single_floors` for R = 1, `multi_floors` else, through `gap_floor`), any other by G lip_f D < its gap.
+def parse_changes(value, n: int, V: int) -> list:
+    """The single changes evaluated exactly: distinct [position j < n - 1, token t] pairs."""
+    where = f"{WHERE}.exact_changes"
+    if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+        raise BadInput(f"{where}: must be a list of [position, token] pairs")
+    out = [[parse_int(j, f"{where}[{i}][0]", 0, n - 2), parse_int(t, f"{where}[{i}][1]", 0, V - 1)]
+           for i, (j, t) in enumerate(value)]
+    if len({(j, t) for j, t in out}) < len(out):
+        raise BadInput(f"{where}: a change is listed twice")
+    return out
+
+
+def survives_one(B, model, ob, fig, needs, k, gs, changes) -> Fraction:
+    """R = 1: every single change (j, t) keeps every gap > 0, either screened (lip_f(change) N_(j,t) < rho,
+    `safety_radius`) or listed in `changes` and evaluated exactly (`exact_gaps`). Returns the smallest
+    certified gap over the listed ones (rho's own margin when none is listed)."""
+    rho = fig[f"{WHERE}.safety_radius"] = safety_radius(B, needs, gs, k)
+    listed = {(j, t) for j, t in changes}
+    for j, t in unscreened(needs, rho):
+        ob.require((j, t) in listed, f"change (position {j}, token {t}) not listed: lip_f*N = "
+                                     f"{show(needs['lip_f'](needs['change']) * needs['pair_moves'][j][t])} is not < rho {show(rho)}")
+    floors = exact_gaps(B, model, needs, k, changes)
+    for (j, t), floor in zip(changes, floors):
+        ob.require(floor > 0, f"change (position {j}, token {t}): the gap after it is >= {show(floor)}, not > 0")
+    return min(floors) if floors else rho
+
+
+def survives(B, model, ob, fig, needs, k, R, G, competitors, changes) -> Fraction:
+    """Every competitor b's gap l_k - l_b stays > 0 after any R changes: R = 1 by `survives_one`; R >= 2 a
+    listed b along its direction (`multi_floors`, through `gap_floor`), any other by G lip_f D < its gap.
     Records the movement in fig; returns the smallest certified gap after the changes."""
     move, gs = G * movement(needs, R), gaps(B, model, needs, k)
     fig[f"{WHERE}.movement"], listed, worst = move, set(competitors), None
+    if R == 1:
+        return survives_one(B, model, ob, fig, needs, k, gs, changes)
     for b in range(model.config.d_vocab):
         if b != k and b not in listed:
             floor = gap_floor(B, needs, gs[b], Fraction(0), 0) - move
             ob.require(floor > 0, f"competitor {b} (not listed): G*lip*movement = {show(move)} is not < its gap "
                                   f"{show(floor + move)}")
             worst = floor if worst is None else min(worst, floor)
-    if competitors and R >= 1:
+    if competitors and R >= 2:
         w, unorms = projections(B, needs, k, competitors)
-        deltas = single_floors(B, needs, w, len(competitors)) if R == 1 else multi_floors(B, needs, w, unorms, R)
+        deltas = multi_floors(B, needs, w, unorms, R)
         for b, delta in zip(competitors, deltas):
             floor = gap_floor(B, needs, gs[b], delta, R)
             ob.require(floor > 0, f"competitor {b}: its gap after {R} change(s) is >= {show(floor)}, not > 0")
@@ -249,9 +305,11 @@ def check_local(model, B, ob, local: dict) -> str:
     """Obligations "influence local: ...": the prediction on x, the single-change bounds, G, and the movement of
     R changes below the margin. Returns the summary line."""
     supported(model.config)
-    fields(local, WHERE, {"prediction", "change", "change_prob", "substitutions", "gap_lipschitz"}, {"competitors"})
+    fields(local, WHERE, {"prediction", "change", "change_prob", "substitutions", "gap_lipschitz"},
+           {"competitors", "exact_changes"})
     tokens, k, margin = parse_prediction(local["prediction"], model.config, f"{WHERE}.prediction")
     competitors = parse_competitors(local.get("competitors", []), model.config.d_vocab, k)
+    changes = parse_changes(local.get("exact_changes", []), len(tokens), model.config.d_vocab)
     R = parse_int(local["substitutions"], f"{WHERE}.substitutions", 0, max(len(tokens) - 1, 0))
     claimed = {key: parse_number(local[key], f"{WHERE}.{key}") for key in ("change", "change_prob", "gap_lipschitz")}
     check_prediction(B, model, local["prediction"], ob, f"{WHERE}.prediction", name="influence local: prediction logit gap")
@@ -265,9 +323,11 @@ def check_local(model, B, ob, local: dict) -> str:
         need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, columns, columns.rows()[k])
         ob.require(claimed["gap_lipschitz"] >= need, f"claimed {show(claimed['gap_lipschitz'])} is below {show(need)}")
     with ob.step("influence local: R changes cannot close the gap") as fig:
-        floor = fig[f"{WHERE}.gap_floor"] = survives(B, model, ob, fig, needs, k, R, claimed["gap_lipschitz"], competitors)
+        floor = fig[f"{WHERE}.gap_floor"] = survives(B, model, ob, fig, needs, k, R, claimed["gap_lipschitz"], competitors,
+                                                     changes)
         move = fig[f"{WHERE}.movement"]
     return (f"on this input of length {len(tokens)}: one changed non-final token moves the last residual by <= "
             f"{show(claimed['change'])} and the distribution (L1) by <= {show(claimed['change_prob'])}; the next "
             f"token {k} (margin {show(margin)}) survives ANY change of <= {R} non-final tokens (every gap stays >= "
-            f"{show(floor)}; {len(competitors)} competitor(s) along their own direction, the rest by G*lip*movement <= {show(move)})")
+            f"{show(floor)}; {len(changes)} single change(s) evaluated exactly, {len(competitors)} competitor(s) along "
+            f"their own direction, the rest by G*lip*movement <= {show(move)})")
