@@ -236,6 +236,8 @@ def gap_floor(B, parts, gap, delta, R) -> Fraction:
         return B.lower(N + c)
     D = moved(parts, R)
     return min(B.lower(N / parts["scale"](D, end) + c) for end in ("lo", "hi"))
+
+
 def parse_competitors(value, V: int, k: int) -> list:
     """The competitors checked along their own gap direction: distinct token ids, none of them k."""
     where = f"{WHERE}.competitors"
