@@ -335,8 +335,9 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 def coupled_groups(query, q: int, P, groups, dist) -> tuple:
     """Rule "e" for the groups [(m, K, fixed weight), ...] of one query q and one position pattern P with
     |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
-    of `rows.coupled` on the grid of fillings below m outside K^P. Returns (summed weight numerators, number)
-    of the fillings it proves and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
+    of `rows.coupled` on the grid of fillings below m outside K^P (each token axis as long as the chunk's
+    largest m: no filling reaches it). Returns (summed weight numerators, number) of the fillings it proves
+    and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
     rows, Eq, Dal = query
     n, v = rows.E.shape
     step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
@@ -344,15 +345,16 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
     for s in range(0, len(groups), step):
         chunk = groups[s:s + step]
         ms, fixed = np.array([m for m, _, _ in chunk]), [f for _, _, f in chunk]
-        valid = grid_fillings(chunk, ms, len(P), v)
-        proved = grid_proved(query, q, P, ms)
+        top = int(ms.max())
+        valid = grid_fillings(chunk, ms, len(P), top)
+        proved = grid_proved(query, q, P, ms, top)
         good, rest = valid & proved, valid & ~proved
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
             free = good.astype(object)
             for i in reversed(P):
-                free = free @ dist.arrays[i]
+                free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
         left += unproved_inputs(rest, ms, fixed, q, P, n)
     return weight, counted, left
@@ -364,8 +366,8 @@ def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
 
 
 def grid_fillings(chunk, ms, k: int, v: int):
-    """Boolean grid (group, x_1, ..., x_k): the fillings of group g's k free positions below its m, not all in
-    its K (those are the group's pattern, counted elsewhere)."""
+    """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
+    positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
     inK = np.zeros((len(ms), v), dtype=bool)
     for g, (_, K, _) in enumerate(chunk):
         inK[g, K] = True
@@ -376,19 +378,20 @@ def grid_fillings(chunk, ms, k: int, v: int):
     return valid & ~all_K
 
 
-def grid_proved(query, q: int, P, ms):
-    """Boolean grid (group, x_1, ..., x_k): the fillings `rows.coupled`'s bound proves, coupling one free
-    position at a time with the fixed rows (the other free positions by their top-2 bound Dal)."""
+def grid_proved(query, q: int, P, ms, top: int):
+    """Boolean grid (group, x_1, ..., x_k), each x_j below top: the fillings `rows.coupled`'s bound proves,
+    coupling one free position at a time with the fixed rows (the other free positions by their top-2 bound
+    Dal)."""
     rows, Eq, Dal = query
-    n, v = rows.E.shape
+    n = rows.E.shape[0]
     F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-    proved = np.zeros((len(ms),) + (v,) * len(P), dtype=bool)
+    proved = np.zeros((len(ms),) + (top,) * len(P), dtype=bool)
     for j, p in enumerate(P):
-        A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
-                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
+        A = align(rows.Hh[p][None, :top] - rows.Hl[p][:top, ms].T[:, :, None],
+                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], True) + F[:, None, :]
         A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
-        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), v)) + sum(
-            (Dal[i][:, ms].T.reshape(grid_axes(k, len(ms), len(P), v)) for k, i in enumerate(P) if k != j),
+        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) + sum(
+            (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
             np.int64(0)) < 0
     return proved
 
