@@ -25,6 +25,7 @@ Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases
 """
 
 import math
+from itertools import chain
 
 import numpy as np
 
@@ -168,16 +169,17 @@ def mixed_screened(tables, cases, mixed) -> set:
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EU = lambda Q, M: np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
     EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    Mx = upper(*e(Q, M, M), EU(Q, M) + EV(M, M) + np.take_along_axis(Pn[M], cols[M], 1))
+    EU = np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
+    EU_Pn = EU + np.take_along_axis(Pn[M], cols[M], 1)                  # per entry; rows of it per token below
+    Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU(Q, M) + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    Qx = upper(*eq, EU + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
     lens = [len(S) for _, S, _ in flat]
     R = np.repeat(np.arange(len(flat)), lens)
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
-    Bk = upper(*e(Q[R], M[R], T), EU(Q[R], M[R]) + EV(T, M[R]) + np.take_along_axis(Pn[M[R]], cols[M[R]], 1))
+    Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
     beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
     P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
@@ -197,7 +199,7 @@ def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
     Ks = [cases.get(case, []) for case, _, _ in flat]
     lens = [max(len(K), 1) for K in Ks]
     R = np.repeat(np.arange(len(flat)), lens)
-    T = np.array([k for K in Ks for k in (K or [0])], dtype=np.int64)
+    T = np.fromiter(chain.from_iterable(K or [0] for K in Ks), np.int64, sum(lens))
     lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
     terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
     return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))

@@ -128,7 +128,7 @@ def numerator_bounds(B, mat) -> tuple:
     """
     lows, highs = mat.T.col_bounds()            # per row: <= every entry's lower end, >= every upper end
     depth = max(c - a for a, c in zip(lows, highs))             # every d >= -depth
-    D = B.matrix([[x - B.num(c) for x in row] for row, c in zip(mat.rows(), highs)])
+    D = B.matrix([[x - c for x in row] for row, c in zip(mat.rows(), map(B.num, highs))])
     below = deep_entries(B, D) if depth >= MAX_BITS else None
     if below is None:
         E = D.map(B.exp)
