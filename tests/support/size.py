@@ -86,7 +86,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # once per case and each case's worst key term by a reduction (accuracy +7 with refine.mixed_screened's
 # per-entry terms). The envelope's tree check skips scalar leaves within the depth limit (kernel +2).
 # rows.query_rows' exponents and shifts elementwise on object arrays (accuracy +1: BIT_LENGTH).
-BUDGETS = {"kernel": 1931, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1168, "influence": 567}
+# refine.refuted: rule "e"'s grid leftovers shown wrong at the grid's competitor are not decided one by one
+# (not crediting is sound; a correct input is never refuted): accuracy +8.
+BUDGETS = {"kernel": 1931, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1176, "influence": 567}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

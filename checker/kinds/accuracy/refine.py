@@ -349,7 +349,7 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
         ms, fixed = np.array([m for m, _, _ in chunk]), [f for _, _, f in chunk]
         top = int(ms.max())
         valid = grid_fillings(chunk, ms, len(P), top)
-        proved = grid_proved(query, q, P, ms, top)
+        proved, best = grid_proved(query, q, P, ms, top)
         good, rest = valid & proved, valid & ~proved
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
@@ -358,7 +358,7 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
             for i in reversed(P):
                 free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(rest, ms, fixed, q, P, n)
+        left += unproved_inputs(query[0], best, rest, ms, fixed, q, P)
     return weight, counted, left
 
 
@@ -383,32 +383,47 @@ def grid_fillings(chunk, ms, k: int, v: int):
 def grid_proved(query, q: int, P, ms, top: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below top: the fillings `rows.coupled`'s bound proves,
     coupling one free position at a time with the fixed rows (the other free positions by their top-2 bound
-    Dal)."""
+    Dal); and per free position j the competitor x != m of that bound's largest term, per (group, x_j)."""
     rows, Eq, Dal = query
     n = rows.E.shape[0]
     F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-    proved = np.zeros((len(ms),) + (top,) * len(P), dtype=bool)
+    proved, best = np.zeros((len(ms),) + (top,) * len(P), dtype=bool), []
     for j, p in enumerate(P):
         A = align(rows.Hh[p][None, :top] - rows.Hl[p][:top, ms].T[:, :, None],
                   np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], True) + F[:, None, :]
         A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
+        best.append(A.argmax(axis=2))
         proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) + sum(
             (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
             np.int64(0)) < 0
-    return proved
+    return proved, best
 
 
-def unproved_inputs(rest, ms, fixed, q: int, P, n: int) -> list:
-    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
-    left, idx = [], np.nonzero(rest)
-    for g in np.unique(idx[0]):
-        sel = idx[0] == g
-        tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
-        tok[:, n - 1] = q
-        for j, p in enumerate(P):
-            tok[:, p] = idx[j + 1][sel]
-        left.append((tok, P, fixed[g]))
-    return left
+def unproved_inputs(rows, best, rest, ms, fixed, q: int, P) -> list:
+    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one,
+    leaving out the fillings `refuted` shows wrong at a competitor of the grid (`best`): not crediting an
+    input is always sound, and a correct input is never refuted, so this only spares them the full test."""
+    n, idx = rows.E.shape[0], np.nonzero(rest)
+    tok = np.repeat(ms[idx[0]][:, None], n, axis=1)
+    tok[:, n - 1] = q
+    for j, p in enumerate(P):
+        tok[:, p] = idx[j + 1]
+    wrong = np.zeros(len(tok), dtype=bool)
+    for j in range(len(P)):
+        wrong |= refuted(rows, tok, ms[idx[0]], best[j][idx[0], idx[j + 1]])
+    g, tok = idx[0][~wrong], tok[~wrong]
+    return [(tok[g == k], P, fixed[k]) for k in np.unique(g)]
+
+
+def refuted(rows, tok, m, xs) -> np.ndarray:
+    """Per input (tok: (N, n) tokens with max m (N,)): certainly wrong at the competitor xs (N,), xs != m:
+    sum_i (Hl[i, t_i, xs] - Hh[i, t_i, m]) >= 0, each term aligned down to the input's largest row exponent
+    (a lower bound of the numerator of logit_xs - logit_m; a tie is wrong)."""
+    pos = np.arange(tok.shape[1])[None, :]
+    E = rows.E[pos, tok]
+    low = align(rows.Hl[pos, tok, xs[:, None]] - rows.Hh[pos, tok, m[:, None]], E.max(axis=1, keepdims=True) - E,
+                False)
+    return (xs != m) & (low.sum(axis=1) >= 0)
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
