@@ -251,7 +251,16 @@ def fractions(end) -> list:
     """A `column_extremes` end (two float64 arrays) as exact Fractions (a Fraction list stays as it is)."""
     if not isinstance(end, tuple):
         return end
-    return [Fraction(a) + Fraction(b) if b else Fraction(a) for a, b in zip(end[0].tolist(), end[1].tolist())]
+    return [_sum_of_floats(a, b) for a, b in zip(end[0].tolist(), end[1].tolist())]
+
+
+def _sum_of_floats(a: float, b: float) -> Fraction:
+    """a + b exactly, with one Fraction made: both are n / 2^k (as_integer_ratio), so over the larger
+    denominator the numerators add as integers."""
+    (n1, d1), (n2, d2) = a.as_integer_ratio(), b.as_integer_ratio()
+    if d1 < d2:
+        (n1, d1), (n2, d2) = (n2, d2), (n1, d1)
+    return Fraction(n1 + n2 * (d1 // d2), d1)
 
 
 def column_bounds(ends, groups: int) -> list:
