@@ -359,3 +359,25 @@ def test_shipped_certificates_verify_with_the_layer_switched(cert, model, name):
     from tcert.checker.verify import verify
     root = Path(__file__).resolve().parents[2] / "certificates"
     verify(str(root / cert), str(root / model), backend=make_backend(name))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       spread=st.sampled_from([4, 20, 40, 300]))
+def test_exact_differences_only_claims_exact_float64_differences(seed, dtype, spread):
+    """overwhelm tight's W_U[:, j] - W_U[:, k] is a point matrix only when exact_differences says every
+    float64 difference is exact: then each equals the Fraction difference (random weights with zeros,
+    subnormals and exponent spreads of 4..300 binades; small spreads of float32 are always exact)."""
+    from tcert.checker.kinds.overwhelm.tight import exact_differences
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((6, 9)) * np.exp2(rng.integers(-spread, spread, (6, 9)).clip(-1070, 1000))).astype(dtype)
+    a[(rng.random(a.shape) < 0.1) | ~np.isfinite(a)] = 0.0
+    b = a[:, [int(rng.integers(0, 9))]]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ok = exact_differences(a64, b64, np.finfo(dtype).nmant + 1)
+    if ok:
+        d = a64 - b64
+        assert all(Fraction(float(d[i, j])) == Fraction(float(a64[i, j])) - Fraction(float(b64[i, 0]))
+                   for i in range(6) for j in range(9))
+    if dtype == np.float32 and spread == 4:
+        assert ok
