@@ -130,6 +130,15 @@ class IMat:
             raise ValueError(f"{self.shape[0]} rows do not split into {groups} groups")
         return self.backend._col_bounds(self, groups)
 
+    def col_extremes(self, groups: int | None = None):
+        """As `col_bounds`, but each end of a matrix held as ends is a pair of float64 arrays (exact, in
+        split form: `exact_backend.column_extremes`) for `exact_backend.merge_extremes` to merge without one
+        Python number per column; `exact_backend.fractions` gives the Fractions."""
+        if self.ends is None or self.shape[0] % (groups or 1):
+            return self.col_bounds(groups)
+        out = exact_backend.column_extremes(self.ends, groups or 1)
+        return out if groups else out[0]
+
 
 class Backend(ABC):
     """What a verification rule may use. A subclass supplies the native scalar operations (the abstract
@@ -279,13 +288,19 @@ class Backend(ABC):
         """(lo, hi) ends (tuples of float64 parts, the same tuple twice for a point) bounding the native
         matrix `data` outward; ValueError when an entry is not finite."""
 
+    def _native_ball(self, data):
+        """((parts of the midpoints), radii): float64 arrays, the parts summing exactly to each entry's
+        midpoint and the radii >= each entry's distance from it, for the exact layer's midpoint-radius
+        products; None where the backend has no such form (then `_native_ends`)."""
+        return None
+
     # IMat hooks shared by both backends (their native matrices speak the same operators)
     def _matmul(self, a, b):
         """By the exact layer when it is switched on (`exact`), a factor is a point matrix and the
         precision is at most EXACT_MAX_PREC bits; else the library's product."""
         shape = (a.shape[0], b.shape[1])
         on = self.exact and self.prec <= EXACT_MAX_PREC
-        ends = exact_backend.product(a, b, self._native_ends) if on else None
+        ends = exact_backend.product(a, b, self) if on else None
         if ends is not None:
             return IMat(self, None, shape, ends)
         return self._native_matmul(a, b)
