@@ -78,13 +78,6 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # mpf_ends shared by ends_from_mpf and the reference module's interval_from_mpf (exact +1).
 # error_balls.take returns its input only for the identity index list (it did for any list of the right
 # length), so forward.py's separate gather `spread` went: kernel -4.
-<<<<<<< HEAD
-# The local claim's gap rules added influence 129 (local.py: the exact single-change rule, safety_radius /
-# unscreened / exact_gaps / parse_changes / survives_one, ~60; the per-competitor direction rule for R >= 2,
-# gaps / projections / multi_floors / gap_floor / parse_competitors / survives, ~55; head_moves split out of
-# movement; cost.py 2 for the hints' work).
-BUDGETS = {"kernel": 1905, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1155, "influence": 696}
-=======
 # Native Arb operands entering the exact layer as balls (midpoint-radius products) and column extremes merged
 # as float64 parts added exact 70 (exact_backend.py 52: ball_times_point, _times_point, _ceil_bits, sum_cut's
 # transposed / |W| forms, column_extremes, merge_extremes, fractions; exact_rounding.py 18: ball_from_arb),
@@ -102,8 +95,11 @@ BUDGETS = {"kernel": 1905, "exact": 511, "prediction": 96, "overwhelm": 707, "ac
 # rows.query_rows' exponents and shifts elementwise on object arrays (accuracy +1: BIT_LENGTH).
 # refine.refuted: rule "e"'s grid leftovers shown wrong at the grid's competitor are not decided one by one
 # (not crediting is sound; a correct input is never refuted): accuracy +8.
-BUDGETS = {"kernel": 1940, "exact": 586, "prediction": 96, "overwhelm": 720, "accuracy": 1176, "influence": 567}
->>>>>>> main
+# The local claim's gap rules added influence 129 (local.py: the exact single-change rule, safety_radius /
+# unscreened / exact_gaps / parse_changes / survives_one, ~60; the per-competitor direction rule for R >= 2,
+# gaps / projections / multi_floors / gap_floor / parse_competitors / survives, ~55; head_moves split out of
+# movement; cost.py 2 for the hints' work).
+BUDGETS = {"kernel": 1940, "exact": 586, "prediction": 96, "overwhelm": 720, "accuracy": 1176, "influence": 696}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
