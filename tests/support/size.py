@@ -78,7 +78,10 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # mpf_ends shared by ends_from_mpf and the reference module's interval_from_mpf (exact +1).
 # error_balls.take returns its input only for the identity index list (it did for any list of the right
 # length), so forward.py's separate gather `spread` went: kernel -4.
-BUDGETS = {"kernel": 1905, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1155, "influence": 567}
+# Influence at GPT-2 width (speed only, same bounds): the trace-power bound's last squaring as an entrywise
+# trace (norms.py gram_norm) and a LayerNorm-folded wide reader's norm from its Gram matrix F (W W^T) F^T / d^2
+# without the d x d_mlp interval matrix (norms.py folded_norm, sublayers.py fold_norm): influence 20.
+BUDGETS = {"kernel": 1905, "exact": 511, "prediction": 96, "overwhelm": 707, "accuracy": 1155, "influence": 587}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

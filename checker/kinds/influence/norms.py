@@ -117,10 +117,39 @@ def operator_norm(B, factors, power: int) -> Fraction:
     else:
         first, second = as_mat(B, factors[0]), as_mat(B, factors[1])
         gram = (first.T @ first) @ (second @ second.T)
-    for _ in range(power):
+    return gram_norm(B, gram, power)
+
+
+def gram_norm(B, gram, power: int, divisor: int = 1) -> Fraction:
+    """tr(P^m)^(1/(2m)) / divisor (m = 2^power) for P = `gram` (an interval matrix holding a Gram matrix, or
+    the product of two Gram matrices as operator_norm builds it): power - 1 squarings Q = P^(m/2), then
+    tr(Q Q) = sum_ij Q_ij Q_ji entrywise, which saves the last matrix product (same bound)."""
+    for _ in range(power - 1):
         gram = gram @ gram
     rows = gram.rows()
-    trace = B.upper(B.fsum(rows[i][i] for i in range(len(rows))))
+    n = len(rows)
+    if power == 0:
+        trace = B.upper(B.fsum(rows[i][i] for i in range(n)))
+    else:
+        trace = B.upper(B.fsum(B.dot(rows[i], [rows[j][i] for j in range(n)]) for i in range(n)))
     if trace <= 0:
         return Fraction(0)
-    return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))))
+    return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))) / divisor)
+
+
+EXACT_DTYPES = (np.float16, np.float32)
+
+
+def folded_norm(B, w, W, power: int) -> Fraction:
+    """Upper bound of ||P diag(w) W||_2 (P the centring projection, W d x m, the LayerNorm gain w) by the
+    trace-power bound on its Gram matrix, built without the d x m interval matrix when m > d and the
+    weights are float16/32: P diag(w) = F / d with F = (d I - 1 1^T) diag(w), whose entries (d delta_ij - 1)
+    w_j are exact in float64 (an integer below 2^29 times a <= 24-bit significand: <= 53 bits), so the Gram
+    matrix is F (W W^T) F^T / d^2: three products with a point factor (the exact layer where it runs)."""
+    w, W = np.asarray(w), np.asarray(W)
+    d, m = W.shape
+    if m <= d or w.dtype not in EXACT_DTYPES or W.dtype not in EXACT_DTYPES or d >= 2 ** 29:
+        return operator_norm(B, [centred_scaled(B, w, W)], power)
+    F = B.array((d * np.eye(d) - 1) * w.astype(np.float64)[None, :])
+    stored = B.array(W)
+    return gram_norm(B, (F @ (stored @ stored.T)) @ F.T, power, d)
