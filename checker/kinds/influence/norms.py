@@ -93,11 +93,24 @@ def abs_dot(B, u, v) -> Fraction:
     return B.abs_upper((u @ v.T).rows()[0][0])
 
 
+EXACT_DTYPES = (np.float16, np.float32)
+
+
+def scaled_rows(B, w, W):
+    """The interval matrix diag(w) W. For float16/32 weights it enters as a point: each float64 product
+    w_i W_ij is exact (significands of <= 24 bits each give <= 48 bits; magnitudes 2^-298 to 2^256 stay in
+    float64's normal range); otherwise the product with diag(w)."""
+    w, W = np.asarray(w), np.asarray(W)
+    if w.dtype in EXACT_DTYPES and W.dtype in EXACT_DTYPES:
+        return B.array(w.astype(np.float64)[:, None] * W.astype(np.float64))
+    return B.array(np.diag(w)) @ B.array(W)
+
+
 def centred_scaled(B, w, W):
     """The interval matrix P diag(w) W (P the centring projection): the LayerNorm gain folded into the
     matrix W that reads the LN output, so that u W = g (P diag(w) W) + b W for u = w * g + b, g centred."""
     W = np.asarray(W)
-    M = B.array(np.diag(np.asarray(w))) @ B.array(W)
+    M = scaled_rows(B, w, W)
     d = W.shape[0]
     col_means = (B.array(np.ones((1, d))) @ M).scale(B.num(Fraction(1, d)))
     return M - B.array(np.ones((d, 1))) @ col_means
@@ -127,17 +140,15 @@ def gram_norm(B, gram, power: int, divisor: int = 1) -> Fraction:
     for _ in range(power - 1):
         gram = gram @ gram
     rows = gram.rows()
-    n = len(rows)
     if power == 0:
-        trace = B.upper(B.fsum(rows[i][i] for i in range(n)))
+        trace = B.upper(B.fsum(rows[i][i] for i in range(len(rows))))
     else:
-        trace = B.upper(B.fsum(B.dot(rows[i], [rows[j][i] for j in range(n)]) for i in range(n)))
+        trace = B.upper(B.fsum(a * b for r, c in zip(rows, gram.T.rows()) for a, b in zip(r, c)))
     if trace <= 0:
         return Fraction(0)
     return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))) / divisor)
 
 
-EXACT_DTYPES = (np.float16, np.float32)
 
 
 def folded_norm(B, w, W, power: int) -> Fraction:

@@ -15,6 +15,7 @@ import numpy as np
 from tcert.checker.forward import Weights, act_lipschitz, activation, layer_norm
 from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, max_row_dist,
                                                  min_centred_norms, operator_norm, product_norm, row_dists,
+                                                 scaled_rows,
                                                  vector_norm)
 
 
@@ -33,7 +34,7 @@ def fold(B, ln: LNMap, W):
     """P diag(w) W for a LayerNorm with gain w, diag(w) W for an RMSNorm (W itself without normalisation)."""
     if ln.w is None:
         return B.array(W)
-    return centred_scaled(B, ln.w, W) if ln.centred else B.array(np.diag(np.asarray(ln.w))) @ B.array(W)
+    return centred_scaled(B, ln.w, W) if ln.centred else scaled_rows(B, ln.w, W)
 
 
 def fold_norm(B, ln: LNMap, W, power) -> Fraction:
