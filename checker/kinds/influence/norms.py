@@ -10,6 +10,8 @@ from fractions import Fraction
 import numpy as np
 
 ROWS_PER_BLOCK = 64   # rows per blockwise Gram product (bounds memory, not the result)
+VECTOR_ROWS = 1024    # rows per blockwise product with a few columns (min_centred_norms)
+EXACT_DTYPES = (np.float16, np.float32)
 
 
 def as_mat(B, a):
@@ -57,19 +59,32 @@ def max_row_dist(B, arr, center=None) -> Fraction:
     return max_row_dists(B, arr, [center])[0]
 
 
+def row_squares(B, arr) -> list:
+    """||arr[r]||^2 for each row r of a stored array, as interval scalars: for float16/32 weights the float64
+    squares are exact (<= 48-bit significands, within float64's normal range) and one product with a column
+    of ones sums each row; otherwise the diagonal of the Gram matrix."""
+    a = np.asarray(arr)
+    if a.dtype in EXACT_DTYPES:
+        return [r[0] for r in (B.array(a.astype(np.float64) ** 2) @ B.array(np.ones((a.shape[1], 1)))).rows()]
+    g = (B.array(a) @ B.array(a).T).rows()
+    return [g[i][i] for i in range(len(g))]
+
+
 def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
     centring projection I - 11^T/d (centred False: P = I, for RMSNorm): ||P z||^2 = ||z||^2 - (sum z)^2 / d
-    with z = arr[r] + c, blockwise."""
+    with z = arr[r] + c (arr: a stored array), blockwise."""
     d = arr.shape[1]
     cols = B.matrix([list(c) for c in offsets]).T
     ones = B.array(np.ones((d, 1)))
     c_sq, c_sum = [r[j] for j, r in enumerate((cols.T @ cols).rows())], (cols.T @ ones).rows()
-    best = [None] * len(offsets)
-    for blk in _row_blocks(B, arr):
-        g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
+    best, arr = [None] * len(offsets), np.asarray(arr)
+    for start in range(0, arr.shape[0], VECTOR_ROWS):
+        part = arr[start:start + VECTOR_ROWS]
+        blk = B.array(part)
+        g, x, s = row_squares(B, part), (blk @ cols).rows(), (blk @ ones).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
+            low = min(B.lower(g[i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
                       for i in range(blk.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
@@ -91,9 +106,6 @@ def abs_dot(B, u, v) -> Fraction:
     """Upper bound of |u . v| for two vectors (stored arrays or 1 x d interval matrices)."""
     u, v = (as_mat(B, np.asarray(x).reshape(1, -1) if not hasattr(x, "backend") else x) for x in (u, v))
     return B.abs_upper((u @ v.T).rows()[0][0])
-
-
-EXACT_DTYPES = (np.float16, np.float32)
 
 
 def scaled_rows(B, w, W):
