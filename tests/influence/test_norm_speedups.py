@@ -71,3 +71,24 @@ def test_folded_norm_zero_matrix():
     """A zero reader has norm bound 0 on the Gram route."""
     B = make_backend("flint")
     assert folded_norm(B, np.ones(4, np.float32), np.zeros((4, 9), np.float32), 6) == 0
+
+
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_row_squares_and_min_centred_norms(backend):
+    """row_squares (exact float64 squares for float16/32, else the Gram diagonal) encloses each row's exact
+    squared norm; min_centred_norms is a lower bound of the exact min_r ||P (arr[r] + c)||, and within 1e-12."""
+    from tcert.checker.kinds.influence.norms import min_centred_norms, row_squares
+    B, rng = make_backend(backend), np.random.default_rng(3)
+    for dtype in (np.float16, np.float32, np.float64):
+        arr = rng.normal(size=(9, 6)).astype(dtype)
+        exact = [sum(Fraction(float(x)) ** 2 for x in row) for row in arr]
+        for got, want in zip(row_squares(B, arr), exact):
+            assert B.lower(got) <= want <= B.upper(got)
+        c = [Fraction(float(x)) for x in rng.normal(size=6)]
+        for centred_ in (True, False):
+            sq = []
+            for row in arr:
+                z = [Fraction(float(x)) + y for x, y in zip(row, c)]
+                sq.append(sum(v * v for v in z) - (sum(z) ** 2 / 6 if centred_ else 0))
+            low = min_centred_norms(B, arr, [[B.num(y) for y in c]], centred_)[0]
+            assert low ** 2 <= min(sq) <= low ** 2 * (1 + Fraction(1, 10 ** 12))
