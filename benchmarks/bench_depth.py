@@ -6,8 +6,10 @@ Pythia-160M shape (arch neox1l: rotary, parallel residual, d_vocab 50304) at --p
 model and input length a certificate is written by the generator (`prediction_certificate`, the code behind
 `tcert predict`) and checked with the default command path (`verify`, flint at 64 bits; the kind raises its
 precision itself). With --influence, models of --influence-layers also get the default influence
-certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), checked
-the same way (rows with pass "influence": verdict, certified C in the "certified gap" column, time, memory).
+certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), then checked
+the same way, each in its own child (rows with pass "influence": verdict, certified C in the "certified gap"
+column, check time, CPU and memory; generator_s / generator_cpu_s / generator_peak_mib and C, C_abs, C_prob,
+C_prob_abs in rows.json); --influence-only runs just those, at GPT-2-small width (and --pythia) shape.
 
 Two passes, in one run, each in its own child process (so peak memory is per check, from wait4):
 
@@ -23,7 +25,7 @@ seconds (model load and setup included) and its peak RSS. Also writes a table
 (Markdown) and a PNG plot to --out.
 
     python benchmarks/bench_depth.py [--layers 1,2,4,12] [--lengths 64,256,1024] [--before-max-layers 4]
-                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12]
+                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12] [--influence-only]
                                      [--out DIR] [--append]
     (each case runs in its own child processes; run the sweep in pieces with --append)
 """
@@ -296,14 +298,14 @@ def main():
                 continue
             path, cpath, float_gap, gen = made
             passes = ["after"] + (["before"] if n_layers <= args.before_max_layers else [])
-            passes += ["influence"] if n_layers in influence_layers else []
             for pass_name in passes:
-                res, peak = child(pass_name, path, cpath.replace(".json", "-influence.json")
-                                  if pass_name == "influence" else cpath)
+                res, peak = child(pass_name, path, cpath)
                 r = dict(model=label, layers=n_layers, tokens=n_tokens, float_gap=float_gap, generator_s=gen,
                          peak_mib=peak, **{"pass": pass_name}, **res)
                 rows.append(r)
                 print(row_text(r), flush=True)
+            if n_layers in influence_layers and n_tokens <= 128:   # the same model (n_ctx 128, same seed)
+                rows.append(influence_row(workdir, label, arch, size, n_layers, args.seed))
         for label, arch, size, n_layers, _ in cases if args.influence_only else []:
             rows.append(influence_row(workdir, label, arch, size, n_layers, args.seed))
     old = json.load(open(saved)) if args.append and os.path.exists(saved) else []   # read now: pieces may overlap
