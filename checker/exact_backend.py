@@ -22,7 +22,8 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_products import Exact, ExactInterval, _require, bits_for, cut_cols, cut_rows, exact_matrix, point_product
+from tcert.checker.exact_products import (Exact, ExactInterval, _require, bits_for, cut_cols, cut_rows, exact_matrix,
+                                          point_product)
 from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds
 
 
@@ -108,12 +109,13 @@ def _interval(m, native_ends):
     return lo, hi
 
 
-def product(a, b, native_ends):
+def product(a, b, backend):
     """The ends (lo, hi) of the exact product a @ b of two IMats one of which is a point matrix, by
-    the exact layer; None when it does not apply. `native_ends(data)` gives the backend's native
-    matrix as ends (ValueError when an entry is not finite). The result leaves rounded outward once:
-    two float64 parts per end (`split_bounds`), or one (`float_bounds`) where the parts
-    would leave the float range."""
+    the exact layer; None when it does not apply. An operand held natively enters as a ball
+    (`backend._native_ball`: midpoint as float64 parts, radius; `ball_times_point`) or, where the
+    backend has none, as ends (`backend._native_ends`; ValueError when an entry is not finite). The
+    result leaves rounded outward once: two float64 parts per end (`split_bounds`), or one
+    (`float_bounds`) where the parts would leave the float range."""
     (m, k), n = a.shape, b.shape[1]
     if not (m and k and n) or not (is_point(a) or is_point(b)):
         return None
@@ -121,11 +123,9 @@ def product(a, b, native_ends):
     if is_point(a) and is_point(b):
         exact = point_product(cut_rows(a.ends[0][0], bits), sum_cut(b, bits))
     elif is_point(b):
-        x = _interval(a, native_ends)
-        exact = None if x is None else interval_times_point(*x, *_cuts(b, False, bits))
+        exact = _times_point(a, b, False, bits, backend)
     else:             # (A X)^T = X^T A^T: the point factor on the right
-        x = _interval(b, native_ends)
-        exact = None if x is None else interval_times_point(*transpose(x), *_cuts(a, True, bits)).T
+        exact = _times_point(b, a, True, bits, backend)
     if exact is None:
         return None
     ends = split_bounds(exact)
@@ -135,37 +135,135 @@ def product(a, b, native_ends):
     return ends if all(np.isfinite(p).all() for p in ends[0] + ends[1]) else None
 
 
-def sum_cut(m, bits: int):
-    """The point IMat `m` cut whole as a right factor (cached)."""
-    key = ("whole", bits)
+def _times_point(x, w, transposed: bool, bits: int, backend):
+    """The Exact(Interval) of x @ w for the point IMat w (transposed: of x^T @ w^T, i.e. (w @ x)^T)."""
+    ball = backend._native_ball(x.data) if x.ends is None else None
+    if ball is not None:
+        mid, rad = ball
+        if transposed:
+            mid, rad = tuple(p.T for p in mid), rad.T
+        out = ball_times_point(mid, rad, sum_cut(w, bits, transposed), sum_cut(w, bits, transposed, True))
+    else:
+        ends = _interval(x, backend._native_ends)
+        if ends is None:
+            return None
+        out = interval_times_point(*(transpose(ends) if transposed else ends), *_cuts(w, transposed, bits))
+    return None if out is None else (out.T if transposed else out)
+
+
+RAD_BITS = 30      # a ball's radius enters rounded up to this many significant bits (as Arb's own radii)
+
+
+def _ceil_bits(x, keep: int):
+    """x >= 0 (float64) rounded up to `keep` significant bits, exactly: frexp, scaling by a power of two
+    and ceil do not round here, since an entry below 2^-1000 is first raised to 2^-1000 (so no bit falls
+    below 2^-1074); zeros stay zero; beyond the float range the result is inf (the caller declines)."""
+    x = np.where(x > 0, np.maximum(x, 2.0 ** -1000), 0.0)
+    frac, e = np.frexp(x)
+    with np.errstate(over="ignore"):
+        return np.ldexp(np.ceil(np.ldexp(frac, keep)), e - keep)
+
+
+def ball_times_point(mid, rad, whole, magnitude):
+    """Exact bounds of X W over every X with |X - mid| <= rad entrywise (mid: a tuple of float64 parts,
+    rad >= 0), for the point W cut whole (`whole`) and |W| (`magnitude`) on the same column scale:
+    |(X W)_ij - (mid W)_ij| <= sum_l rad_il |W_lj| (midpoint-radius, Rump 1999), so X W lies in
+    [mid W - r |W|, mid W + r |W|] for r >= rad (rad rounded up to RAD_BITS bits). The parts of mid and r
+    are cut on one scale per row (the largest's), so both products are Exacts of the same scales; None
+    when r leaves the float range."""
+    r = _ceil_bits(rad, RAD_BITS)
+    if not np.isfinite(r).all():
+        return None
+    m, parts = mid[0].shape[0], list(mid)
+    top = _row_top(parts + [r])
+    centre = point_product(cut_rows(np.concatenate(parts), whole.bits, np.concatenate([top] * len(parts))), whole)
+    total = _rows(centre, slice(0, m))
+    for i in range(1, len(parts)):
+        total = total + _rows(centre, slice(i * m, (i + 1) * m))
+    spread = point_product(cut_rows(r, whole.bits, top), magnitude)
+    low = Exact(tuple((o, t, bd, -sg) for o, t, bd, sg in spread.terms), spread.row_scale, spread.col_scale,
+                spread.unit)
+    return ExactInterval(total + low, total + spread)
+
+
+def sum_cut(m, bits: int, transposed: bool = False, magnitude: bool = False):
+    """The point IMat `m` (or its transpose; or |m|) cut whole as a right factor on m's column scale
+    (|m| shares it, so products with both add as Exacts); cached."""
+    key = ("whole", bits, transposed, magnitude)
     if key not in m.cuts:
-        m.cuts[key] = cut_cols(m.ends[0][0], bits)
+        w = m.ends[0][0].T if transposed else m.ends[0][0]
+        top = np.frexp(np.abs(w).max(axis=0, initial=0.0))[1].astype(np.int64)
+        m.cuts[key] = cut_cols(np.abs(w) if magnitude else w, bits, top)
     return m.cuts[key]
 
 
 def _extreme(parts, groups: int, up: bool):
-    """Per row block, per column: the exact extreme (min; up: max) of the parts' sums, as Fractions.
-    One part: its extreme. Two parts (`split_bounds`: p1 the float64 floor of the value, 0 <= p2 <
-    nextafter(p1) - p1; mirrored when up): values with a smaller p1 are smaller, so the minimum is
-    the least p1 plus the least p2 among the rows holding that p1."""
+    """Per row block, per column: the exact extreme (min; up: max) of the parts' sums, as two float64
+    arrays (groups x columns) in split_bounds' form (a one-part end's rest is 0). One part: its extreme.
+    Two parts (`split_bounds`: p1 the float64 floor of the value, 0 <= p2 < nextafter(p1) - p1;
+    mirrored when up): values with a smaller p1 are smaller, so the minimum is the least p1 plus the
+    least p2 among the rows holding that p1."""
     n, size = parts[0].shape[1], parts[0].shape[0] // groups
     blocks = [p.reshape(groups, size, n) for p in parts]
     pick, start = (np.max, -np.inf) if up else (np.min, np.inf)
     first = pick(blocks[0], axis=1, initial=start)
     if len(parts) == 1:
-        return [[Fraction(v) for v in row] for row in first.tolist()]
+        return first, np.zeros_like(first)
     p1, p2 = parts
     step = p1 - np.nextafter(p1, -np.inf) if up else np.nextafter(p1, np.inf) - p1   # exact: adjacent floats
     inside = (p2 <= 0) & (-p2 < step) if up else (p2 >= 0) & (p2 < step)
     _require(inside.all(), "two-part ends not in split_bounds' form")
-    second = pick(np.where(blocks[0] == first[:, None, :], blocks[1], start), axis=1, initial=start)
-    return [[Fraction(a) + Fraction(b) for a, b in zip(ra, rb)] for ra, rb in zip(first.tolist(), second.tolist())]
+    return first, pick(np.where(blocks[0] == first[:, None, :], blocks[1], start), axis=1, initial=start)
+
+
+def column_extremes(ends, groups: int) -> list:
+    """Per row block of ends (lo, hi), per column: ((p1, p2), (q1, q2)), float64 arrays with p1 + p2 <=
+    every entry <= q1 + q2 exactly, in split_bounds' form, so `merge_extremes` orders them exactly
+    without one Python number per column; Rejected when an end is not finite."""
+    lo, hi = (_parts(e) for e in ends)
+    if not all(np.isfinite(p).all() for p in lo + hi):
+        raise Rejected("finite enclosure", "a matrix entry is not finite")
+    (a1, a2), (b1, b2) = _extreme(lo, groups, False), _extreme(hi, groups, True)
+    return [((a1[g], a2[g]), (b1[g], b2[g])) for g in range(groups)]
+
+
+def _better(a, b, up: bool):
+    """Where the split-form value b is below a (up: above): the floors ordered first, then the rests."""
+    return (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] > a[1])) if up else (b[0] < a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+
+
+def merge_extremes(a, b):
+    """The columnwise min of the lower and max of the upper ends of two `column_extremes` entries (None:
+    nothing yet); when either holds Fraction lists (a native matrix's `col_bounds`), as Fractions."""
+    if a is None:
+        return b
+    if not all(isinstance(e, tuple) for e in a + b):
+        (alo, ahi), (blo, bhi) = (tuple(fractions(e) for e in x) for x in (a, b))
+        return [min(u, v) for u, v in zip(alo, blo)], [max(u, v) for u, v in zip(ahi, bhi)]
+    out = []
+    for x, y, up in ((a[0], b[0], False), (a[1], b[1], True)):
+        take = _better(x, y, up)
+        out.append((np.where(take, y[0], x[0]), np.where(take, y[1], x[1])))
+    return tuple(out)
+
+
+def fractions(end) -> list:
+    """A `column_extremes` end (two float64 arrays) as exact Fractions (a Fraction list stays as it is)."""
+    if not isinstance(end, tuple):
+        return end
+    return [_sum_of_floats(a, b) for a, b in zip(end[0].tolist(), end[1].tolist())]
+
+
+def _sum_of_floats(a: float, b: float) -> Fraction:
+    """a + b exactly, with one Fraction made: both are n / 2^k (as_integer_ratio), so over the larger
+    denominator the numerators add as integers."""
+    (n1, d1), (n2, d2) = a.as_integer_ratio(), b.as_integer_ratio()
+    if d1 < d2:
+        (n1, d1), (n2, d2) = (n2, d2), (n1, d1)
+    return Fraction(n1 + n2 * (d1 // d2), d1)
 
 
 def column_bounds(ends, groups: int) -> list:
     """Per row block of ends (lo, hi), per column: (exact Fraction <= every entry, one >= every entry),
     as IMat.col_bounds returns them; Rejected when an end is not finite."""
-    lo, hi = (_parts(e) for e in ends)
-    if not all(np.isfinite(p).all() for p in lo + hi):
-        raise Rejected("finite enclosure", "a matrix entry is not finite")
-    return list(zip(_extreme(lo, groups, False), _extreme(hi, groups, True)))
+    return [(fractions(lo), fractions(hi)) for lo, hi in column_extremes(ends, groups)]

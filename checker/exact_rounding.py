@@ -279,6 +279,32 @@ def ends_from_arb(mat):
     return tuple(ends)
 
 
+def ball_from_arb(mat):
+    """((p1, p2), r): float64 arrays with p1 + p2 exactly the midpoint of each ball of the python-flint
+    arb_mat and r >= its radius; None when that fails (a midpoint not two float64 parts, an entry not
+    finite). p1 is float() of each ball (python-flint's float() is Arb's arf_get_d of the midpoint,
+    correctly rounded to nearest), the rest mid - p1 is computed by Arb and p2 = float() of it, and Arb's
+    exact equality of arb_mats (true only for equal exact points) confirms p1 + p2 = mid; r is float()
+    of the radius one `nextafter` step up (exact), zero for a matrix of exact points (arb_mat ==)."""
+    import flint
+
+    m, n = mat.nrows(), mat.ncols()
+    entries = mat.entries()
+    p1 = np.array([float(x) for x in entries], dtype=np.float64).reshape(m, n)
+    mids = mat.mid()
+    if mat == mids:
+        r = np.zeros((m, n))
+    else:
+        r = np.nextafter(np.array([float(x.rad()) for x in entries], dtype=np.float64), np.inf).reshape(m, n)
+    if not (np.isfinite(p1).all() and np.isfinite(r).all()):
+        return None
+    rest = mids - flint.arb_mat(m, n, p1.ravel().tolist())
+    p2 = np.array([float(x) for x in rest.entries()], dtype=np.float64).reshape(m, n)
+    if not np.isfinite(p2).all() or not rest == flint.arb_mat(m, n, p2.ravel().tolist()):
+        return None
+    return (p1, p2), r
+
+
 def mpf_ends(rows):
     """Each entry of rows of mpmath iv.mpf intervals as (lo mantissa, lo exponent, hi mantissa, hi exponent),
     exact signed ints. ValueError when an interval is not finite."""

@@ -247,6 +247,101 @@ def test_the_default_is_as_tight_as_arbs_own_products(side):
         assert ours <= 3 * arb + Fraction(1, 2 ** 120)
 
 
+def arb_value(x):
+    """The exact rational of an exact Arb point."""
+    man, ex = x.man_exp()
+    return Fraction(int(man)) * Fraction(2) ** int(ex)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), m=st.integers(1, 4), k=st.integers(1, 20), n=st.integers(1, 4),
+       dtype=st.sampled_from([np.float16, np.float32, np.float64]), side=st.sampled_from(["left", "right"]),
+       spread=st.sampled_from([0, 2 ** -60, 2 ** -20, 1.0, 2 ** -1060]))
+def test_balls_times_weights_enclose_200_bit_points_of_the_ball(seed, m, k, n, dtype, side, spread):
+    """The midpoint-radius way in (ball_from_arb, ball_times_point): 64-bit Arb balls (radii from 0 and
+    subnormal to wide, some entries exact) times stored weights with subnormals, zeros and wide spreads
+    (and weights times balls): every entry encloses the exact product at 200-bit points of the balls."""
+    import flint
+    rng = np.random.default_rng(seed)
+    w = weights(rng, (k, n), dtype)
+    B = make_backend("flint")
+    with B.precision():
+        mids = [flint.arb(float(v)) / 3 for v in rng.standard_normal(m * k) * np.exp2(rng.integers(-40, 40, m * k))]
+        rads = [flint.arb(float(r)) for r in rng.random(m * k) * spread * (rng.random(m * k) < 0.7)]
+        X = B._from_rows([[(a + r * flint.arb(0, 1)) for a, r in zip(mids[i * k:(i + 1) * k], rads[i * k:(i + 1) * k])]
+                          for i in range(m)], (m, k))
+        W = B.array(w if side == "right" else w.T)
+        got = (X @ W if side == "right" else W @ X.T)
+        assert got.ends is not None
+        rows = got.rows() if side == "right" else got.T.rows()
+        ball_rows = X.rows()
+    old = flint.ctx.prec
+    flint.ctx.prec = 200
+    try:
+        for _ in range(3):
+            pts = [[x.mid() + x.rad() * flint.arb(float(rng.uniform(-1, 1))) for x in row] for row in ball_rows]
+            pts = [[arb_value(p.mid()) for p in row] for row in pts]      # 200-bit points inside the balls
+            wf = [[Fraction(float(v)) for v in row] for row in w]
+            for i in range(m):
+                for j in range(n):
+                    v = sum((pts[i][l] * wf[l][j] for l in range(k)), Fraction(0))
+                    assert B.lower(rows[i][j]) <= v <= B.upper(rows[i][j])
+    finally:
+        flint.ctx.prec = old
+
+
+def test_ball_from_arb_splits_midpoints_exactly_and_bounds_radii():
+    """ball_from_arb: p1 + p2 is each midpoint exactly, r >= each radius, r = 0 for a point matrix;
+    None for a midpoint beyond two float64 parts (a 200-bit one) and for a non-finite entry."""
+    import flint
+    from tcert.checker import exact_rounding as er
+    old = flint.ctx.prec
+    flint.ctx.prec = 64
+    try:
+        third = flint.arb(1) / 3
+        balls = flint.arb_mat([[third, -third * 7, third.exp()], [flint.arb(2) ** -1000 * third, flint.arb(0), flint.arb(5)]])
+        (p1, p2), r = er.ball_from_arb(balls)
+        for i in range(2):
+            for j in range(3):
+                x = balls[i, j]
+                assert Fraction(float(p1[i, j])) + Fraction(float(p2[i, j])) == arb_value(x.mid())
+                assert Fraction(float(r[i, j])) >= arb_value(x.rad())
+        points = balls.mid()
+        assert not er.ball_from_arb(points)[1].any()
+        flint.ctx.prec = 200
+        wide = flint.arb_mat([[flint.arb(1) / 3]]).mid()
+        assert er.ball_from_arb(wide) is None
+        assert er.ball_from_arb(flint.arb_mat([[flint.arb("inf")]])) is None
+    finally:
+        flint.ctx.prec = old
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), rows=st.integers(1, 6), n=st.integers(1, 5), groups=st.sampled_from([1, 2]),
+       chunks=st.integers(1, 4))
+def test_merged_column_extremes_are_the_exact_extremes(seed, rows, n, groups, chunks):
+    """column_extremes + merge_extremes over several products (two-part split ends, one-part ends, and a
+    native matrix's Fraction bounds mixed in) give exactly the Fractions that merging col_bounds gives."""
+    from tcert.checker import exact_products as ep, exact_rounding as er
+    rng = np.random.default_rng(seed)
+    merged, ref = None, None
+    for c in range(chunks):
+        a = weights(rng, (rows * groups, 7), np.float32).astype(np.float64)
+        b = weights(rng, (7, n), np.float32).astype(np.float64)
+        exact = ep.point_product(ep.cut_rows(a, ep.bits_for(7)), ep.cut_cols(b, ep.bits_for(7)))
+        ends = er.split_bounds(exact) if c % 2 == 0 else tuple((e,) for e in er.float_bounds(exact))
+        if ends is None:
+            ends = tuple((e,) for e in er.float_bounds(exact))
+        ext = exact_backend.column_extremes(ends, groups)
+        if c == 2:     # a native matrix's bounds: Fraction lists
+            ext = exact_backend.column_bounds(ends, groups)
+        new = exact_backend.column_bounds(ends, groups)
+        merged = ext if merged is None else [exact_backend.merge_extremes(x, y) for x, y in zip(merged, ext)]
+        ref = new if ref is None else [([min(u, v) for u, v in zip(x[0], y[0])], [max(u, v) for u, v in zip(x[1], y[1])])
+                                       for x, y in zip(ref, new)]
+    assert [(exact_backend.fractions(lo), exact_backend.fractions(hi)) for lo, hi in merged] == ref
+
+
 SHIPPED = [("overwhelm/perm_lp.json", "overwhelm/neox1l_tiny.safetensors"),
            ("overwhelm/neox_real_perm.json", "overwhelm/neox_real_tiny.safetensors"),
            ("overwhelm/neox_real_any2.json", "overwhelm/neox_real_tiny.safetensors"),
@@ -264,3 +359,25 @@ def test_shipped_certificates_verify_with_the_layer_switched(cert, model, name):
     from tcert.checker.verify import verify
     root = Path(__file__).resolve().parents[2] / "certificates"
     verify(str(root / cert), str(root / model), backend=make_backend(name))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       spread=st.sampled_from([4, 20, 40, 300]))
+def test_exact_differences_only_claims_exact_float64_differences(seed, dtype, spread):
+    """overwhelm tight's W_U[:, j] - W_U[:, k] is a point matrix only when exact_differences says every
+    float64 difference is exact: then each equals the Fraction difference (random weights with zeros,
+    subnormals and exponent spreads of 4..300 binades; small spreads of float32 are always exact)."""
+    from tcert.checker.kinds.overwhelm.tight import exact_differences
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((6, 9)) * np.exp2(rng.integers(-spread, spread, (6, 9)).clip(-1070, 1000))).astype(dtype)
+    a[(rng.random(a.shape) < 0.1) | ~np.isfinite(a)] = 0.0
+    b = a[:, [int(rng.integers(0, 9))]]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ok = exact_differences(a64, b64, np.finfo(dtype).nmant + 1)
+    if ok:
+        d = a64 - b64
+        assert all(Fraction(float(d[i, j])) == Fraction(float(a64[i, j])) - Fraction(float(b64[i, 0]))
+                   for i in range(6) for j in range(9))
+    if dtype == np.float32 and spread == 4:
+        assert ok

@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import BadInput
+from tcert.checker.exact_backend import fractions, merge_extremes
 from tcert.checker.forward import Weights, attn_divisor, layer_norm, rotary_angles, rotary_pairs, rotate
 
 MAX_TABLE_ENTRIES = 1 << 25   # allowed tokens x d_vocab x heads for the exact centred EVOU table
@@ -158,6 +159,7 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
     CHUNK tokens at a time (table: one product with W_U for all heads per chunk)."""
     cfg = model.config
     stacked, WU = side_by_side(B, [hd.score_cols for hd in heads]), W.mat("unembed.W_U")
+    evou = [None] * cfg.n_heads   # table: per head, the centred EVOU extremes so far (exact_backend.merge_extremes)
     for start in range(0, len(allowed), CHUNK):
         chunk = allowed[start:start + CHUNK]
         X = ln_rows(B, model, W, chunk)
@@ -175,8 +177,10 @@ def add_free_tables(B, model, W: Weights, heads: list, allowed: list, n_free: in
                 r = max(norm_upper(B, row) for row in values.rows())
                 hd.evou_lo, hd.evou_hi = merge(hd.evou_lo, hd.evou_hi, [-r], [r])
         if mode == "table":   # the centred EVOU rows: one product for all heads
-            for hd, (lo, hi) in zip(heads, (B.matrix(evo) @ WU).col_bounds(cfg.n_heads)):
-                hd.evou_lo, hd.evou_hi = merge(hd.evou_lo, hd.evou_hi, lo, hi)
+            evou = [merge_extremes(a, b) for a, b in zip(evou, (B.matrix(evo) @ WU).col_extremes(cfg.n_heads))]
+    if mode == "table":
+        for hd, (lo, hi) in zip(heads, evou):
+            hd.evou_lo, hd.evou_hi = fractions(lo), fractions(hi)
     if mode == "norm":   # |centred EVOU_tj| <= max_t ||x_t - u||_2 * ||(W_O^h W_U)[:, j]||_2  (Cauchy-Schwarz)
         for h, hd in enumerate(heads):
             norms = [norm_upper(B, col) for col in (W.mat(ATTN + "W_O", h) @ WU).T.rows()]

@@ -14,6 +14,7 @@ import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
+from tcert.checker.exact_backend import fractions, merge_extremes
 from tcert.checker.kinds.overwhelm.claim import Question
 from tcert.checker.kinds.overwhelm.tables import (ATTN, CHUNK, MAX_TABLE_ENTRIES, FixedSide, HeadData, column_norms,
                                                   ln_rows, merge, score_map, side_by_side, sqrt_upper,
@@ -91,10 +92,11 @@ class UptoTables:
         self.means = [B.matrix([self.masses[L][h][1] for L in range(1, n_max + 1)]).T   # d_head x n_max
                       for h in range(cfg.n_heads)]
         self.score_lo = self.score_hi = None
-        self.evou_raw_lo, self.evou_raw_hi, self.sq_spread = ([None] * cfg.n_heads for _ in range(3))
+        self.evou_raw, self.sq_spread = ([None] * cfg.n_heads for _ in range(2))
         for start in range(0, len(allowed), CHUNK):
             self.add_chunk(B, model, W, allowed[start:start + CHUNK], score_map)
         if mode == "table":
+            self.evou_raw_lo, self.evou_raw_hi = zip(*((fractions(lo), fractions(hi)) for lo, hi in self.evou_raw))
             self.mean_evou = self.mean_evou_rows(B, model, W)
         else:
             self.colnorms = column_norms(B, model)
@@ -117,8 +119,8 @@ class UptoTables:
         values = [B.matrix([row[h * dh:(h + 1) * dh] for row in V]) for h in range(H)]
         if self.mode == "table":   # uncentred EVOU rows x_t W_O^h W_U of every (head, token) pair
             evo = [r for h in range(H) for r in (values[h] @ W.mat(ATTN + "W_O", h)).rows()]
-            for h, (lo, hi) in enumerate((B.matrix(evo) @ W.mat("unembed.W_U")).col_bounds(H)):
-                self.evou_raw_lo[h], self.evou_raw_hi[h] = merge(self.evou_raw_lo[h], self.evou_raw_hi[h], lo, hi)
+            for h, ext in enumerate((B.matrix(evo) @ W.mat("unembed.W_U")).col_extremes(H)):
+                self.evou_raw[h] = merge_extremes(self.evou_raw[h], ext)
             return
         N = self.n_max
         for h, Vh in enumerate(values):   # ||x_t||^2 - 2 x_t . u_hL for every t in the chunk and every L
