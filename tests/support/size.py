@@ -99,7 +99,12 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # unscreened / exact_gaps / parse_changes / survives_one, ~60; the per-competitor direction rule for R >= 2,
 # gaps / projections / multi_floors / gap_floor / parse_competitors / survives, ~55; head_moves split out of
 # movement; cost.py 2 for the hints' work).
-BUDGETS = {"kernel": 1940, "exact": 586, "prediction": 96, "overwhelm": 720, "accuracy": 1176, "influence": 696}
+# Influence at GPT-2 width (speed only, same bounds): the trace-power bound's last squaring as an entrywise
+# trace (norms.py gram_norm) and a LayerNorm-folded wide reader's norm from its Gram matrix F (W W^T) F^T / d^2
+# without the d x d_mlp interval matrix (norms.py folded_norm, sublayers.py fold_norm), and diag(w) W as an
+# exact point for float16/32 weights instead of a d x d product (norms.py scaled_rows), and each LayerNorm
+# map's min over W_E without a Gram matrix per block of rows (norms.py row_squares): influence 34.
+BUDGETS = {"kernel": 1940, "exact": 586, "prediction": 96, "overwhelm": 720, "accuracy": 1176, "influence": 730}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
