@@ -116,17 +116,18 @@ def test_influence_local_statement_is_checked_like_every_other(tmp_path):
     save_model(path, t, cfg)
     m = load_model(path)
     cert, info = local_certificate(m, [2, 2, 2, 2, 2])
-    assert info["R"] == 2 and verify(cert, m, "flint").statement == cert["statement"]
+    R = info["R"]   # 3 since the per-competitor gap rule (2 before it)
+    assert R >= 2 and verify(cert, m, "flint").statement == cert["statement"]
     local = cert["claim"]["local"]
     said = re.search(r"at most ([0-9.e+-]+) in L2 norm, and its next-token distribution by at most ([0-9.e+-]+) "
                      r"in L1", cert["statement"])
     assert Fraction(said.group(1)) >= parse_number(local["change"], "c")
     assert Fraction(said.group(2)) >= parse_number(local["change_prob"], "c")
-    assert "any 2 or fewer positions" in cert["statement"]
+    assert f"any {R} or fewer positions" in cert["statement"]
     none, _ = local_certificate(m, [2, 2, 2, 2, 2], 0)
     assert "or fewer positions" not in none["statement"] and verify(none, m, "flint")
     stale = json.loads(json.dumps(cert))
-    stale["claim"]["local"]["substitutions"] = 1
+    stale["claim"]["local"]["substitutions"] = R - 1
     assert rejection(stale, m).obligation == "statement: the claim in words"
 
 
