@@ -6,8 +6,10 @@ Pythia-160M shape (arch neox1l: rotary, parallel residual, d_vocab 50304) at --p
 model and input length a certificate is written by the generator (`prediction_certificate`, the code behind
 `tcert predict`) and checked with the default command path (`verify`, flint at 64 bits; the kind raises its
 precision itself). With --influence, models of --influence-layers also get the default influence
-certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), checked
-the same way (rows with pass "influence": verdict, certified C in the "certified gap" column, time, memory).
+certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), then checked
+the same way, each in its own child (rows with pass "influence": verdict, certified C in the "certified gap"
+column, check time, CPU and memory; generator_s / generator_cpu_s / generator_peak_mib and C, C_abs, C_prob,
+C_prob_abs in rows.json); --influence-only runs just those, at GPT-2-small width (and --pythia) shape.
 
 Two passes, in one run, each in its own child process (so peak memory is per check, from wait4):
 
@@ -23,7 +25,7 @@ seconds (model load and setup included) and its peak RSS. Also writes a table
 (Markdown) and a PNG plot to --out.
 
     python benchmarks/bench_depth.py [--layers 1,2,4,12] [--lengths 64,256,1024] [--before-max-layers 4]
-                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12]
+                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12] [--influence-only]
                                      [--out DIR] [--append]
     (each case runs in its own child processes; run the sweep in pieces with --append)
 """
@@ -122,22 +124,28 @@ def run_after(model_path, cert_path):
                     seconds=time.perf_counter() - start)
 
 
-def run_influence(model_path, cert_path):
-    """The default influence certificate (tcert influence --model M) written, then checked by verify()."""
+def run_influence_gen(model_path, cert_path):
+    """The default influence certificate (`tcert influence --model M`, tcert.api.influence) written."""
     import tcert.api as tc
+    start = time.perf_counter()
+    cert = tc.influence(tc.load_model(model_path))
+    cert.save(cert_path)
+    f = cert.figures
+    return dict(seconds=time.perf_counter() - start, **{k: float(f[k]) for k in ("C", "C_abs", "C_prob", "C_prob_abs")})
+
+
+def run_influence(model_path, cert_path):
+    """The influence certificate checked by verify() with the defaults (what tcert-check runs)."""
     from tcert.checker.errors import Rejected
     from tcert.checker.verify import verify
     start = time.perf_counter()
-    tc.influence(tc.load_model(model_path)).save(cert_path)
-    gen = time.perf_counter() - start
-    start = time.perf_counter()
     try:
         ob = verify(cert_path, model_path)
-        verdict, c = "VERIFIED", float(ob.figure("claim.C"))
+        verdict, c, n = "VERIFIED", float(ob.figure("claim.C")), len(ob.done)
     except Rejected as e:
-        verdict, c = "REJECTED: " + str(e)[:120], float("nan")
+        verdict, c, n = "REJECTED: " + str(e)[:120], float("nan"), 0
     return dict(verdict=verdict, lower=c, width=float("nan"), prec=64, seconds=time.perf_counter() - start,
-                influence_generator_s=gen)
+                obligations=n)
 
 
 def child(pass_name, model_path, cert_path):
@@ -157,16 +165,22 @@ def child(pass_name, model_path, cert_path):
 
 # --- the sweep ---------------------------------------------------------------------------------------------
 
+def make_model(workdir, arch, size, layers, n_tokens, seed):
+    """A random model file (`tcert model random`'s models), n_ctx max(n_tokens, 128); its path."""
+    from tcert.generator.model.files import save_model
+    from tcert.generator.model.random_models import random_model
+    path = os.path.join(workdir, f"{arch}-{layers}-{n_tokens}.safetensors")
+    tensors, config = random_model(arch, seed=seed, n_layers=layers, n_ctx=max(n_tokens, 128), **size)
+    save_model(path, tensors, config)
+    return path
+
+
 def make_case(workdir, arch, size, layers, n_tokens, seed):
     """A random model and the generator's certificate for one random input; (paths, float gap, gen seconds)."""
     from tcert.checker.modelfile import load_model
     from tcert.generator import certificate
-    from tcert.generator.model.files import save_model
-    from tcert.generator.model.random_models import random_model
     from tcert.generator.prediction import prediction_certificate
-    path = os.path.join(workdir, f"{arch}-{layers}-{n_tokens}.safetensors")
-    tensors, config = random_model(arch, seed=seed, n_layers=layers, n_ctx=max(n_tokens, 128), **size)
-    save_model(path, tensors, config)
+    path = make_model(workdir, arch, size, layers, n_tokens, seed)
     model = load_model(path)
     tokens = np.random.default_rng(seed + 1).integers(0, size["d_vocab"], size=n_tokens).tolist()
     start = time.perf_counter()
@@ -215,6 +229,33 @@ def plot(rows, out_png):
     fig.savefig(out_png, dpi=110)
 
 
+def influence_cases(args):
+    """(label, arch, size, layers, 0) for --influence-layers at GPT-2-small width (and Pythia-160M shape)."""
+    layers = [int(x) for x in args.influence_layers.split(",")]
+    cases = [("gpt2-small-width", "preln", GPT2_SMALL, n, 0) for n in layers]
+    return cases + ([("pythia-160m-shape", "neox1l", PYTHIA_160M, n, 0) for n in layers] if args.pythia else [])
+
+
+def influence_row(workdir, label, arch, size, n_layers, seed):
+    """One model's influence certificate written and checked, each in its own child (times, peak memory)."""
+    path = make_model(workdir, arch, size, n_layers, 0, seed)
+    cpath = path.replace(".safetensors", "-influence.json")
+    gen, gen_peak = child("influence-gen", path, cpath)
+    if "C" not in gen:
+        res, peak = gen, gen_peak
+    else:
+        res, peak = child("influence", path, cpath)
+    r = dict(model=label, layers=n_layers, tokens=0, float_gap=float("nan"), generator_s=gen["seconds"],
+             generator_cpu_s=gen.get("cpu_s"), generator_peak_mib=gen_peak, peak_mib=peak, **{"pass": "influence"},
+             **{k: gen[k] for k in ("C", "C_abs", "C_prob", "C_prob_abs") if k in gen}, **res)
+    print(row_text(r), flush=True)
+    print(f"  influence {label} {n_layers} layers: generator {gen['seconds']:.1f} s wall, {gen.get('cpu_s', 0):.1f} s CPU, "
+          f"{gen_peak:.0f} MiB; check {res['seconds']:.1f} s wall, {res.get('cpu_s', 0):.1f} s CPU, {peak:.0f} MiB; "
+          f"{res['verdict'][:60]}; C {gen.get('C', float('nan')):.6g}, C_abs {gen.get('C_abs', float('nan')):.6g}, "
+          f"C_prob {gen.get('C_prob', float('nan')):.4g}", flush=True)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default="1,2,4,12")
@@ -224,13 +265,16 @@ def main():
     ap.add_argument("--pythia-layers", default="12")
     ap.add_argument("--influence", action="store_true", help="also the default influence certificate")
     ap.add_argument("--influence-layers", default="12")
+    ap.add_argument("--influence-only", action="store_true",
+                    help="only the influence certificates (no prediction passes) at --influence-layers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="docs/results/depth")
     ap.add_argument("--append", action="store_true", help="add to the rows already in --out (runs in pieces)")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        fn = {"after": run_after, "before": run_before, "influence": run_influence}[args.one[0]]
+        fn = {"after": run_after, "before": run_before, "influence": run_influence,
+              "influence-gen": run_influence_gen}[args.one[0]]
         print(json.dumps(fn(*args.one[1:])))
         return
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -245,21 +289,25 @@ def main():
     rows = []
     print(HEADER)
     with tempfile.TemporaryDirectory(prefix="tcert-depth-") as workdir:
-        for label, arch, size, n_layers, n_tokens in cases:
+        if args.influence_only:
+            cases = influence_cases(args)
+        for label, arch, size, n_layers, n_tokens in cases if not args.influence_only else []:
             made = make_case(workdir, arch, size, n_layers, n_tokens, args.seed)
             if made is None:
                 print(f"| {label} | {n_layers} | {n_tokens} | near-tie: no certificate |")
                 continue
             path, cpath, float_gap, gen = made
             passes = ["after"] + (["before"] if n_layers <= args.before_max_layers else [])
-            passes += ["influence"] if n_layers in influence_layers else []
             for pass_name in passes:
-                res, peak = child(pass_name, path, cpath.replace(".json", "-influence.json")
-                                  if pass_name == "influence" else cpath)
+                res, peak = child(pass_name, path, cpath)
                 r = dict(model=label, layers=n_layers, tokens=n_tokens, float_gap=float_gap, generator_s=gen,
                          peak_mib=peak, **{"pass": pass_name}, **res)
                 rows.append(r)
                 print(row_text(r), flush=True)
+            if n_layers in influence_layers and n_tokens <= 128:   # the same model (n_ctx 128, same seed)
+                rows.append(influence_row(workdir, label, arch, size, n_layers, args.seed))
+        for label, arch, size, n_layers, _ in cases if args.influence_only else []:
+            rows.append(influence_row(workdir, label, arch, size, n_layers, args.seed))
     old = json.load(open(saved)) if args.append and os.path.exists(saved) else []   # read now: pieces may overlap
     rows = old + rows
     rows.sort(key=lambda r: (r["model"], r["layers"], r["tokens"], r["pass"]))

@@ -15,7 +15,7 @@ import flint
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_rounding import ball_from_arb, ends_from_arb, to_arb_mat
-from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end
+from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end, fixed_end
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
 # so it starts at the checker's default (as if a default backend were in force).
@@ -51,6 +51,16 @@ class FlintBackend(Backend):
             raise Rejected("finite enclosure", f"a ball is not finite: {x}")
         man, exp = (x.lower() if which == 0 else x.upper()).man_exp()
         return bounded_end(int(man), int(exp), which, self.prec)
+
+    def fixed_ends(self, m, shift):
+        """Arb's ends as exact (mantissa, exponent) pairs, shifted (no Fraction per entry)."""
+        lo, hi = [], []
+        for row in m.rows():
+            if not all(x.is_finite() for x in row):
+                raise Rejected("finite enclosure", "a matrix entry is not finite")
+            lo.append([fixed_end(int(a), int(e), 0, shift) for a, e in (x.lower().man_exp() for x in row)])
+            hi.append([fixed_end(int(a), int(e), 1, shift) for a, e in (x.upper().man_exp() for x in row)])
+        return lo, hi
 
     def exp(self, x):
         return x.exp()

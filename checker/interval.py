@@ -57,7 +57,7 @@ MAX_EXP = 1 << 14
 # The declared interface: the public primitives and the IMat operations' backend hooks. FlintBackend
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
-              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres")
+              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres", "fixed_ends")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
 # The exact layer runs on a backend made with exact=True: "flint" by default (and "+exact" names); the
@@ -189,6 +189,15 @@ class Backend(ABC):
     def abs_upper(self, x) -> Fraction:
         """An exact rational >= |v| for every point v of `x`; Rejected if `x` is not finite."""
         return max(-self.lower(x), self.upper(x))
+
+    def fixed_ends(self, m: IMat, shift: int) -> tuple:
+        """(lo, hi): lists of row lists of Python ints with lo <= 2^shift * v <= hi for every point v of
+        each entry of `m` (shift >= 0): the floor and ceiling of its exact ends at that scale (flint: from
+        Arb's mantissas, without a Fraction per entry); Rejected as `lower` / `upper` (not finite, beyond
+        2^MAX_EXP)."""
+        rows = m.rows()
+        return ([[(self.lower(x) * (1 << shift)).__floor__() for x in row] for row in rows],
+                [[(self.upper(x) * (1 << shift)).__ceil__() for x in row] for row in rows])
 
     @abstractmethod
     def _endpoint(self, x, which: int) -> Fraction:
@@ -342,6 +351,22 @@ def bounded_end(man: int, exp: int, which: int, prec: int) -> Fraction:
     if top <= -MAX_EXP:   # |value| < 2^-MAX_EXP: the outward neighbour on the grid 0, +-2^-MAX_EXP
         return Fraction(0) if (man > 0) == (which == 0) else Fraction(1 if man > 0 else -1, 1 << MAX_EXP)
     return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
+
+
+def fixed_end(man: int, exp: int, which: int, shift: int) -> int:
+    """floor (which = 0) or ceiling (1) of man * 2^(exp + shift), exact ints; Rejected as by `bounded_end`
+    when |man 2^exp| reaches 2^MAX_EXP (so the result has at most MAX_EXP + shift bits)."""
+    if man == 0:
+        return 0
+    if exp + abs(man).bit_length() > MAX_EXP:
+        raise Rejected("finite enclosure", f"an interval endpoint of magnitude about 2^{exp + abs(man).bit_length()} "
+                                           f"is beyond the bound 2^{MAX_EXP} on exact numbers")
+    k = exp + shift
+    if k >= 0:
+        return man << k
+    if -k > abs(man).bit_length():      # 0 < |man 2^k| < 1 (and a shift count too large for >>)
+        return (-1 if man < 0 else 0) if which == 0 else (0 if man < 0 else 1)
+    return man >> -k if which == 0 else -((-man) >> -k)
 
 
 def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:

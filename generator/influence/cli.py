@@ -42,7 +42,8 @@ def local_outcome(args, model, out) -> Outcome:
     certificate.write(out, cert)
     return Outcome(EXIT_OK, "written", out, info,
                    f"influence local: one change moves y by <= {info['change']:.6g}, p by <= {info['change_prob']:.4g}; "
-                   f"token {info['predicted']} survives any {info['R']} non-final substitution(s); wrote {out}")
+                   f"token {info['predicted']} survives any {info['R']} non-final substitution(s) ({info['competitors']} "
+                   f"competitor(s) along their own direction); wrote {out}")
 
 
 def summary_line(f: dict, n_layers: int) -> str:

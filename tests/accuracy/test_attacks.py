@@ -359,17 +359,26 @@ def test_accuracy_refuses_a_position_free_model_cleanly(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["flint", "mpmath"])
-def test_clamped_exp_ends_give_the_integer_bounds_of_exp(backend):
+def test_deep_numerators_get_the_integer_bounds_of_exp(backend):
     """Hostile weights (scores of 2^2000) made exp(d) a rational with a 2^2000-bit denominator (flint:
-    OverflowError, exit 3; mpmath: memory exhausted). tables.exp_ends takes 0 as the lower end where d
-    reaches below -MAX_BITS and 2^-MAX_BITS as the upper end below it entirely; where the plain exp is
-    still computable, both give the same integer bounds at every shift numerator_bounds uses (64 .. 4032)."""
+    OverflowError, exit 3; mpmath: memory exhausted), and Arb's exp of [-2^2000, -2^12] is not finite.
+    numerator_bounds gives an entry lying entirely at or below -MAX_BITS the ends 0 and 1 without exp;
+    every other entry gets the floor / ceiling of the library's exp ends at the shift it chose (the
+    largest, 4032, for deep rows; from the deepest d otherwise)."""
     B = make_backend(backend)
     L = mt.MAX_BITS
-    for lo, hi in ((-5000, -1), (-5000, -L), (-L - 1, -L), (-L, -L + 1), (-3, 0), (-(2 ** 14), -(2 ** 13))):
-        d = B.interval(Fraction(lo), Fraction(hi))
-        e = B.exp(d)
-        for shift in (64, 700, L - 64):
-            a, b = mt.exp_ends(B, d)
-            assert max(mt.fixed_point(a, False, shift), 0) == max(mt.fixed_point(B.lower(e), False, shift), 0)
-            assert mt.fixed_point(b, True, shift) == mt.fixed_point(B.upper(e), True, shift), (lo, hi, shift)
+    deep = ((-5000, -1), (-5000, -L), (-L - 1, -L), (-L, -L + 1), (-3, 0), (-(2 ** 14), -(2 ** 13)),
+            (-(2 ** 2000), -(2 ** 1999)))
+    for spans, want in ((deep, L - 64), (((-3, 0), (-40, -30)), 64 + 58)):
+        spans = ((0, 0),) + spans
+        mat = B.matrix([[B.interval(Fraction(a), Fraction(b)) for a, b in spans]])
+        lo, hi, shift = mt.numerator_bounds(B, mat)
+        c = B.num(mat.T.col_bounds()[1][0])         # the row's exact upper bound (Arb's [-3, 0] reaches above 0)
+        assert shift == want
+        for j, (a, b) in enumerate(spans):
+            if b <= -L:
+                assert (lo[0, j], hi[0, j]) == (0, 1), (a, b)
+                continue
+            e = B.exp(mat.rows()[0][j] - c)
+            assert lo[0, j] == max(mt.fixed_point(B.lower(e), False, shift), 0), (a, b)
+            assert hi[0, j] == mt.fixed_point(B.upper(e), True, shift), (a, b)

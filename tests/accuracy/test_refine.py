@@ -199,6 +199,26 @@ def test_coupled_bound_proves_only_correct_inputs(tiny):
     assert proved_any > 0
 
 
+def test_refutation_shows_only_wrong_inputs(tiny):
+    """refine.refuted at every competitor of every input: every input it shows wrong is wrong (so a correct
+    input is never kept from the full test), and it shows wrong inputs wrong where the model has some."""
+    _, model, T, verdicts = tiny
+    v = T["v"]
+    values = rows.value_tables(T)
+    refuted_any, wrong_any = 0, any(verdict is False for verdict in verdicts.values())
+    for q in range(v):
+        R = rows.query_rows(T, values, q)
+        inputs = [t for t in verdicts if t[-1] == q]
+        tok = np.array(inputs, dtype=np.int64)
+        m = tok.max(axis=1)
+        for x in range(v):
+            out = refine.refuted(R, tok, m, np.full(len(tok), x))
+            assert not any(verdicts[t] is not False for t, o in zip(inputs, out) if o), (q, x)
+            assert not np.any(out[m == x])
+            refuted_any += int(np.count_nonzero(out))
+    assert refuted_any > 0 or not wrong_any, "no wrong input refuted"
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^E <= w V <= Hh 2^E and D >= max_{x != m} H[x] - H[m], against exact rationals of
     the integer tables (the same common scale), for every query, position, token and max token."""

@@ -28,7 +28,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 SHIPPED = sorted(CERTIFICATES.rglob("*.json"))
 KINDS = ("prediction", "overwhelm", "accuracy", "influence")
 OPTIONAL = {"lp_duals", "final_ln", "duals", "eu_groups", "corollary", "distribution", "position_weights",
-            "max_at_least"}   # the only optional claim/evidence keys
+            "max_at_least", "competitors", "exact_changes"}   # the only optional claim/evidence keys
 SAMPLE = 40          # structural mutants per tiny case for the agreement test (benchmarks can run them all)
 
 # Why a schema-valid certificate can still be malformed to the parser (BadInput): pattern -> reason.

@@ -245,6 +245,27 @@ def test_non_finite_inside_col_bounds_and_matrix_is_rejected(name):
         B.upper(m.rows()[0][0])
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_fixed_ends_are_the_floor_and_ceiling_of_the_exact_ends(name):
+    """fixed_ends(m, shift) is floor(2^shift lower) / ceil(2^shift upper) of every entry's exact Fraction
+    ends (flint reads Arb's mantissa and exponent directly), down to the tiniest and up to the largest
+    bounded magnitudes; a non-finite entry or one beyond 2^MAX_EXP is Rejected."""
+    from tcert.checker.interval import MAX_EXP
+    B = make_backend(name)
+    xs = [B.num(0), B.num(Fraction(-7, 3)), B.interval(Fraction(-1, 10 ** 30), Fraction(5, 7)), B.exp(B.num(-40000)),
+          -B.exp(B.num(-40000)), B.num(Fraction(2 ** 200 + 1, 3)), B.interval(Fraction(-(2 ** 5000)), Fraction(-(2 ** 4000)))]
+    m = B.matrix([xs])
+    for shift in (0, 1, 64, 199, 4032):
+        lo, hi = B.fixed_ends(m, shift)
+        for x, a, b in zip(xs, lo[0], hi[0]):
+            want_lo, want_hi = B.lower(x) * 2 ** shift, B.upper(x) * 2 ** shift
+            assert a == want_lo.__floor__() and b == want_hi.__ceil__(), (x, shift)
+    for bad in (B.num(1) / B.interval(Fraction(-1), Fraction(1)), B.exp(B.num(2 ** 20))):
+        with pytest.raises(Rejected):
+            B.fixed_ends(B.matrix([[B.num(1), bad]]), 64)
+    assert MAX_EXP < 2 ** 20 * 1.44
+
+
 # --- column bounds ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)

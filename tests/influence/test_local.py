@@ -11,7 +11,8 @@ import pytest
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence.local import local_parts, movement
+from tcert.checker.kinds.influence.local import (exact_gaps, gap_floor, gaps, local_parts, movement, multi_floors,
+                                                 projections, safety_radius, unscreened)
 from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
@@ -39,8 +40,10 @@ def tiny(tmp_path, **kw):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_exhaustive_local_soundness(tmp_path, name):
     """For an input x of length 5: every single substitution moves y by <= change and p by <= change_prob;
-    for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R)
-    (rigorous Arb at 100 bits), and the bounds are not vacuous (the worst single change reaches 5%)."""
+    for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R), and leaves
+    it >= the per-competitor floor (`multi_floors`, every j listed); every single change's smallest gap is
+    >= `exact_gaps` (met to 1e-9: the rule is exact) and > 0 where the safety radius screens it (rigorous Arb
+    at 100 bits); the bounds are not vacuous (the worst single change reaches 5%)."""
     path, model = tiny(tmp_path, **MODELS[name])
     B = make_backend("flint", 100)
     W = Weights(B, model)
@@ -52,9 +55,15 @@ def test_exhaustive_local_soundness(tmp_path, name):
     columns = parts["unembed"].T
     from tcert.checker.kinds.influence.norms import max_row_dist
     G = max_row_dist(make_backend("flint"), columns, columns.rows()[k])
+    B0, cands = make_backend("flint"), [j for j in range(3) if j != k]
+    gs, (w, unorms) = gaps(B0, model, parts, k), projections(B0, parts, k, cands)
     worst = Fraction(0)
+    pairs = [[j, t] for j in range(len(x) - 1) for t in range(3)]
+    exact = {(j, t): g for (j, t), g in zip(pairs, exact_gaps(B0, model, parts, k, pairs))}
+    screened = {(j, t) for j, t in pairs} - {(j, t) for j, t in unscreened(parts, safety_radius(B0, parts, gs, k))}
     for R in range(1, len(x)):
         bound = G * movement(parts, R)
+        floors = {b: gap_floor(B0, parts, gs[b], d, R) for b, d in zip(cands, multi_floors(B0, parts, w, unorms, R))}
         for S in itertools.combinations(range(len(x) - 1), R):
             for toks in itertools.product(range(3), repeat=R):
                 x2 = list(x)
@@ -63,7 +72,12 @@ def test_exhaustive_local_soundness(tmp_path, name):
                 y2, l2 = final_residual(B, model, x2, W), last_logits(B, model, x2, W)
                 for j in range(3):
                     assert B.upper(abs((l0[k] - l0[j]) - (l2[k] - l2[j]))) <= bound, (R, S, toks)
+                for b in cands:
+                    assert B.upper(l2[k] - l2[b]) >= floors[b], (R, S, toks, b)
                 if R == 1:
+                    true_min = min(B.upper(l2[k] - l2[b]) for b in cands)
+                    assert Fraction(0) <= true_min - exact[S[0], toks[0]] < Fraction(1, 10 ** 9), (S, toks)
+                    assert (S[0], toks[0]) not in screened or true_min > 0
                     dy = B.upper(B.sqrt(B.num(max(B.upper(B.fsum((a - b) * (a - b) for a, b in zip(y0, y2))), 0))))
                     dp = sum(B.abs_upper(a - b) for a, b in zip(p0, softmax(B, l2)))
                     assert dy <= parts["change"] and dp <= parts["change_prob"], (S, toks)
@@ -75,7 +89,7 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
     path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
     x = [2, 2, 2, 2, 2]
     cert, info = local_certificate(model, x)
-    assert cert is not None and info["R"] == 2, info
+    assert cert is not None and info["R"] == 3 and cert["claim"]["local"]["competitors"] == [0], info
     import json
     import jsonschema
     from tcert.testing import ROOT
@@ -84,7 +98,8 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
     figs = {}
     for backend in ("flint", "mpmath"):
         ob = verify(cert, path, backend)
-        figs[backend] = {key: ob.figure(f"claim.local.{key}") for key in ("change", "change_prob", "movement")}
+        figs[backend] = {key: ob.figure(f"claim.local.{key}") for key in ("change", "change_prob", "movement",
+                                                                             "gap_floor")}
         assert "survives ANY change" in ob.summary
     for key in figs["flint"]:   # the two backends' recomputed needs agree to 1e-12 relative
         a, b = figs["flint"][key], figs["mpmath"][key]
@@ -100,11 +115,45 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
         bad["claim"]["local"]["substitutions"] = info["R"] + 1
         with pytest.raises(Rejected, match="R changes cannot close the gap"):
             verify(bad, path)
+    bad = copy.deepcopy(cert)   # the listed competitor left to the coarse rule G lip_f D: its gap is too small
+    bad["claim"]["local"]["competitors"] = []
+    with pytest.raises(Rejected, match="competitor 0 \\(not listed\\)"):
+        verify(bad, path)
+    for competitors in ([0, 0], [0, info["predicted"]], [0, 3], ["0"], 0):
+        bad["claim"]["local"]["competitors"] = competitors
+        with pytest.raises(BadInput, match="claim.local.competitors"):
+            verify(bad, path)
     bad = copy.deepcopy(cert)
     bad["claim"]["local"]["prediction"]["margin"] = certificate.num(
         parse_number(bad["claim"]["local"]["prediction"]["margin"], "m") * 2)
     with pytest.raises(Rejected, match="prediction logit gap"):
         verify(bad, path)
+
+
+def test_local_exact_changes_verify_backends_agree_and_mutations_rejected(tmp_path):
+    """R = 1 by the exact single-change rule: the listed changes are the ones the safety radius does not
+    screen; dropping any one is REJECTED (named, with its numbers), malformed lists are BadInput, both backends
+    agree on the figures."""
+    path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.8, seed=4)
+    x = [2, 2, 2, 2, 2]
+    cert, info = local_certificate(model, x, 1)
+    changes = cert["claim"]["local"]["exact_changes"]
+    assert cert is not None and info["R"] == 1 and len(changes) == 4, info
+    figs = {}
+    for backend in ("flint", "mpmath"):
+        ob = verify(cert, path, backend)
+        figs[backend] = [ob.figure(f"claim.local.{key}") for key in ("safety_radius", "gap_floor")]
+    assert all(abs(a - b) <= Fraction(1, 10 ** 12) * abs(a) for a, b in zip(*figs.values())), figs
+    for i, (j, t) in enumerate(changes):
+        bad = copy.deepcopy(cert)
+        del bad["claim"]["local"]["exact_changes"][i]
+        with pytest.raises(Rejected, match=f"change \\(position {j}, token {t}\\) not listed: lip_f\\*N = "):
+            verify(bad, path)
+    for value in (changes + changes[:1], [[4, 0]], [[0, 3]], [[0]], [0, 1], "x"):
+        bad = copy.deepcopy(cert)
+        bad["claim"]["local"]["exact_changes"] = value
+        with pytest.raises(BadInput, match="claim.local.exact_changes"):
+            verify(bad, path)
 
 
 def test_local_refusals(tmp_path):
@@ -130,7 +179,7 @@ def test_local_cli(tmp_path, capsys):
     path, _ = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
     out = str(tmp_path / "local.json")
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--out", out]) == 0
-    assert "survives any 2" in capsys.readouterr().out
+    assert "survives any 3" in capsys.readouterr().out
     verify(out, path)
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--substitutions", "4",
                  "--out", out]) == 4

@@ -88,10 +88,11 @@ def test_llama_influence_mutants_never_accepted_false(cases, shas):
     assert_case_sound(case, shas, 17, example_scale(30))   # each check ~1 s: a smaller flint sample
 
 
-def test_local_influence_mutants_never_accepted_false(cases, shas):
-    """The local claim (one input's own attention pattern and values): same standard, judged by every single
-    substitution and every set of <= R substitutions of the input."""
-    case = next(c for c in cases if c.name == "tiny local rotary parallel")
+@pytest.mark.parametrize("name", ["tiny local rotary parallel", "tiny local rotary sharp (exact changes)"])
+def test_local_influence_mutants_never_accepted_false(cases, shas, name):
+    """The local claim (one input's own attention pattern and values; R >= 2 with competitors, R = 1 with exact
+    changes): same standard, judged by every single substitution and every set of <= R substitutions."""
+    case = next(c for c in cases if c.name == name)
     assert_case_sound(case, shas, 19)
 
 

@@ -507,7 +507,7 @@ class InfluenceOracle:
     def local_truth(self, local):
         """The local statement for input x: the prediction holds, every ONE non-final substitution moves the
         last residual by <= change and the distribution (L1) by <= change_prob, and every <= R substitutions
-        keep token k (gap_lipschitz is a hint, not part of the statement)."""
+        keep token k (gap_lipschitz, competitors and exact_changes are hints, not part of the statement)."""
         B, v = self.B, self.model.config.d_vocab
         try:
             x = list(local["prediction"]["tokens"])
@@ -681,8 +681,9 @@ def tiny_cases(workdir: str) -> list:
 
 def local_cases(workdir: str) -> list:
     """A local influence certificate (claim {"local": ...}, evidence {}) on a tiny 1-layer rotary model with
-    parallel blocks (d_vocab 3): the exact per-position rule, judged by every single substitution and every
-    set of <= R substitutions of its input."""
+    parallel blocks (d_vocab 3), R >= 2 with a competitor checked along its direction, and one on a sharper
+    model, R = 1 with exactly evaluated single changes: judged by every single substitution and every set of
+    <= R substitutions of its input."""
     from tcert.checker.modelfile import load_model
     from tcert.generator.influence import toy_model
     from tcert.generator.influence.local import local_certificate
@@ -692,9 +693,17 @@ def local_cases(workdir: str) -> list:
                                 scale=0.3, eps="1/10", rotary=True, parallel=True, seed=4))
     m = load_model(path)
     cert, info = local_certificate(m, [2, 2, 2, 2, 2])
-    assert cert is not None and info["R"] >= 1, info
+    assert cert is not None and info["R"] >= 2 and info["competitors"] >= 1, info
+    sharp = os.path.join(workdir, "local_rotary_sharp.safetensors")   # R = 1 by exactly evaluated single changes
+    save_model(sharp, *toy_model(n_layers=1, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8,
+                                 scale=0.8, eps="1/10", rotary=True, parallel=True, seed=4))
+    m2 = load_model(sharp)
+    cert2, info2 = local_certificate(m2, [2, 2, 2, 2, 2], 1)
+    assert cert2 is not None and info2["exact_changes"] >= 1, info2
     return [Case("influence", "tiny local rotary parallel", cert, path,
-                 lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth)]
+                 lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth),
+            Case("influence", "tiny local rotary sharp (exact changes)", cert2, sharp,
+                 lambda m=m2, c=cert2: InfluenceOracle(m, c["claim"]).truth)]
 
 
 def llama_cases(workdir: str) -> list:

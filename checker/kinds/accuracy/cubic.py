@@ -14,6 +14,7 @@ Obligations: "accuracy cubic: rigorous tables", "accuracy cubic: claimed cases".
 """
 
 from fractions import Fraction
+from itertools import chain
 
 import numpy as np
 
@@ -133,21 +134,27 @@ def numerator_bound(tables, values, sums, m, q, c, ks):
 
 def screened(tables, cases) -> set:
     """The cases whose `numerator_bound` the int64 screen (screen.py) proves negative for every claimed
-    token, all cases at once (the rest get the exact evaluation)."""
+    token, all cases at once (the rest get the exact evaluation). What depends on the case alone is computed
+    once per case, the key terms per claimed token; a case's worst token is the one with the largest key
+    term at each end u (the rest of the bound is the same for all its tokens)."""
     S, n = screen_tables(tables), tables["n"]
     keys = list(cases)
-    lens = [len(cases[k]) if k[2] else 1 for k in keys]
-    M, Q, C = (np.repeat(np.array([k[j] for k in keys], dtype=np.int64), lens) for j in range(3))
-    K = np.array([t for k in keys for t in (cases[k] if k[2] else [0])], dtype=np.int64)
-    (eQ, eQh), (eM, eMh), (eK, eKh) = ([weights(S, Q, M, T, up) for up in (False, True)] for T in (Q, M, K))
+    if not keys:
+        return set()
+    lens = np.array([len(cases[k]) if k[2] else 1 for k in keys], dtype=np.int64)
+    M, Q, C = (np.array([k[j] for k in keys], dtype=np.int64) for j in range(3))
+    K = np.fromiter(chain.from_iterable(cases[k] if k[2] else [0] for k in keys), np.int64, int(lens.sum()))
+    R = np.repeat(np.arange(len(keys)), lens)                   # the case of each claimed token
+    (eQ, eQh), (eM, eMh), (eK, eKh) = ([weights(S, q, m, t, up) for up in (False, True)]
+                                       for q, m, t in ((Q, M, Q), (Q, M, M), (Q[R], M[R], K)))
     pw, small, large, Tm = S.pw, S.small, S.large, S.Tm[M, Q]
     query = upper(eQ * pw[0][Q, n - 1], eQh * pw[1][Q, n - 1], S.Tq[M, Q])
-    ends = []
+    key_value, starts, ends = (S.EUp[M, Q])[R] + S.R[M[R], K], np.cumsum(lens) - lens, []
     for u in (small[Q, n - 1 - C], large[Q, n - 1 - C]):
-        lo, hi = small[Q, n - 1] - u, large[Q, n - 1] - u                   # P - u, the non-max positions
+        lo, hi = (small[Q, n - 1] - u)[R], (large[Q, n - 1] - u)[R]      # P - u, the non-max positions
         w_lo, w_hi = np.where(lo >= 0, eK * lo, eKh * lo), np.where(hi >= 0, eKh * hi, eK * hi)
-        ends.append(upper(eM * u, eMh * u, Tm) + upper(w_lo, w_hi, S.EUp[M, Q] + S.R[M, K]) + query)
+        keys_term = np.maximum.reduceat(upper(w_lo, w_hi, key_value), starts)
+        ends.append(upper(eM * u, eMh * u, Tm) + keys_term + query)
     all_max = upper(eM * small[Q, n - 1], eMh * large[Q, n - 1], Tm) + query                 # c = 0
     bound = np.where(C > 0, np.maximum(*ends), all_max)
-    worst = np.maximum.reduceat(bound, np.cumsum([0] + lens[:-1])) if keys else []
-    return {k for k, b in zip(keys, worst) if b < 0}
+    return {k for k, b in zip(keys, bound) if b < 0}

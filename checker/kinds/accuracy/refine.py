@@ -25,6 +25,7 @@ Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases
 """
 
 import math
+from itertools import chain
 
 import numpy as np
 
@@ -168,16 +169,17 @@ def mixed_screened(tables, cases, mixed) -> set:
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EU = lambda Q, M: np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
     EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    Mx = upper(*e(Q, M, M), EU(Q, M) + EV(M, M) + np.take_along_axis(Pn[M], cols[M], 1))
+    EU = np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
+    EU_Pn = EU + np.take_along_axis(Pn[M], cols[M], 1)                  # per entry; rows of it per token below
+    Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU(Q, M) + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    Qx = upper(*eq, EU + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
     lens = [len(S) for _, S, _ in flat]
     R = np.repeat(np.arange(len(flat)), lens)
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
-    Bk = upper(*e(Q[R], M[R], T), EU(Q[R], M[R]) + EV(T, M[R]) + np.take_along_axis(Pn[M[R]], cols[M[R]], 1))
+    Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
     beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
     P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
@@ -197,7 +199,7 @@ def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
     Ks = [cases.get(case, []) for case, _, _ in flat]
     lens = [max(len(K), 1) for K in Ks]
     R = np.repeat(np.arange(len(flat)), lens)
-    T = np.array([k for K in Ks for k in (K or [0])], dtype=np.int64)
+    T = np.fromiter(chain.from_iterable(K or [0] for K in Ks), np.int64, sum(lens))
     lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
     terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
     return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))
@@ -335,8 +337,9 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 def coupled_groups(query, q: int, P, groups, dist) -> tuple:
     """Rule "e" for the groups [(m, K, fixed weight), ...] of one query q and one position pattern P with
     |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
-    of `rows.coupled` on the grid of fillings below m outside K^P. Returns (summed weight numerators, number)
-    of the fillings it proves and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
+    of `rows.coupled` on the grid of fillings below m outside K^P (each token axis as long as the chunk's
+    largest m: no filling reaches it). Returns (summed weight numerators, number) of the fillings it proves
+    and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
     rows, Eq, Dal = query
     n, v = rows.E.shape
     step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
@@ -344,17 +347,18 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
     for s in range(0, len(groups), step):
         chunk = groups[s:s + step]
         ms, fixed = np.array([m for m, _, _ in chunk]), [f for _, _, f in chunk]
-        valid = grid_fillings(chunk, ms, len(P), v)
-        proved = grid_proved(query, q, P, ms)
+        top = int(ms.max())
+        valid = grid_fillings(chunk, ms, len(P), top)
+        proved, best = grid_proved(query, q, P, ms, top)
         good, rest = valid & proved, valid & ~proved
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
             free = good.astype(object)
             for i in reversed(P):
-                free = free @ dist.arrays[i]
+                free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(rest, ms, fixed, q, P, n)
+        left += unproved_inputs(query[0], best, rest, ms, fixed, q, P)
     return weight, counted, left
 
 
@@ -364,8 +368,8 @@ def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
 
 
 def grid_fillings(chunk, ms, k: int, v: int):
-    """Boolean grid (group, x_1, ..., x_k): the fillings of group g's k free positions below its m, not all in
-    its K (those are the group's pattern, counted elsewhere)."""
+    """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
+    positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
     inK = np.zeros((len(ms), v), dtype=bool)
     for g, (_, K, _) in enumerate(chunk):
         inK[g, K] = True
@@ -376,34 +380,50 @@ def grid_fillings(chunk, ms, k: int, v: int):
     return valid & ~all_K
 
 
-def grid_proved(query, q: int, P, ms):
-    """Boolean grid (group, x_1, ..., x_k): the fillings `rows.coupled`'s bound proves, coupling one free
-    position at a time with the fixed rows (the other free positions by their top-2 bound Dal)."""
+def grid_proved(query, q: int, P, ms, top: int):
+    """Boolean grid (group, x_1, ..., x_k), each x_j below top: the fillings `rows.coupled`'s bound proves,
+    coupling one free position at a time with the fixed rows (the other free positions by their top-2 bound
+    Dal); and per free position j the competitor x != m of that bound's largest term, per (group, x_j)."""
     rows, Eq, Dal = query
-    n, v = rows.E.shape
+    n = rows.E.shape[0]
     F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-    proved = np.zeros((len(ms),) + (v,) * len(P), dtype=bool)
+    proved, best = np.zeros((len(ms),) + (top,) * len(P), dtype=bool), []
     for j, p in enumerate(P):
-        A = align(rows.Hh[p][None] - rows.Hl[p][:, ms].T[:, :, None],
-                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :], 0)[:, :, None], True) + F[:, None, :]
+        A = align(rows.Hh[p][None, :top] - rows.Hl[p][:top, ms].T[:, :, None],
+                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], True) + F[:, None, :]
         A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
-        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), v)) + sum(
-            (Dal[i][:, ms].T.reshape(grid_axes(k, len(ms), len(P), v)) for k, i in enumerate(P) if k != j),
+        best.append(A.argmax(axis=2))
+        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) + sum(
+            (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
             np.int64(0)) < 0
-    return proved
+    return proved, best
 
 
-def unproved_inputs(rest, ms, fixed, q: int, P, n: int) -> list:
-    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
-    left, idx = [], np.nonzero(rest)
-    for g in np.unique(idx[0]):
-        sel = idx[0] == g
-        tok = np.full((int(np.count_nonzero(sel)), n), ms[g])
-        tok[:, n - 1] = q
-        for j, p in enumerate(P):
-            tok[:, p] = idx[j + 1][sel]
-        left.append((tok, P, fixed[g]))
-    return left
+def unproved_inputs(rows, best, rest, ms, fixed, q: int, P) -> list:
+    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one,
+    leaving out the fillings `refuted` shows wrong at a competitor of the grid (`best`): not crediting an
+    input is always sound, and a correct input is never refuted, so this only spares them the full test."""
+    n, idx = rows.E.shape[0], np.nonzero(rest)
+    tok = np.repeat(ms[idx[0]][:, None], n, axis=1)
+    tok[:, n - 1] = q
+    for j, p in enumerate(P):
+        tok[:, p] = idx[j + 1]
+    wrong = np.zeros(len(tok), dtype=bool)
+    for j in range(len(P)):
+        wrong |= refuted(rows, tok, ms[idx[0]], best[j][idx[0], idx[j + 1]])
+    g, tok = idx[0][~wrong], tok[~wrong]
+    return [(tok[g == k], P, fixed[k]) for k in np.unique(g)]
+
+
+def refuted(rows, tok, m, xs) -> np.ndarray:
+    """Per input (tok: (N, n) tokens with max m (N,)): certainly wrong at the competitor xs (N,), xs != m:
+    sum_i (Hl[i, t_i, xs] - Hh[i, t_i, m]) >= 0, each term aligned down to the input's largest row exponent
+    (a lower bound of the numerator of logit_xs - logit_m; a tie is wrong)."""
+    pos = np.arange(tok.shape[1])[None, :]
+    E = rows.E[pos, tok]
+    low = align(rows.Hl[pos, tok, xs[:, None]] - rows.Hh[pos, tok, m[:, None]], E.max(axis=1, keepdims=True) - E,
+                False)
+    return (xs != m) & (low.sum(axis=1) >= 0)
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 WB = 30                     # bits of a numerator mantissa
+BIT_LENGTH = np.frompyfunc(int.bit_length, 1, 1)     # elementwise on object arrays of Python ints
 CHUNK = 4096                # inputs per vectorised full test (bounds memory: CHUNK * d_vocab per array)
 
 
@@ -61,7 +62,7 @@ def query_rows(tables, values, q: int) -> Rows:
     Vh = EUh[q][None, None, :] + EVh[None, :, :] + PVh[:, None, :]
     w_lo = np.multiply.outer(tables["pw_lo"][q][:n], tables["e_lo"][q])
     w_hi = np.multiply.outer(tables["pw_hi"][q][:n], tables["e_hi"][q])
-    E = np.array([[max(int(x).bit_length() - WB, 0) for x in row] for row in w_hi], dtype=np.int64)
+    E = np.maximum(BIT_LENGTH(w_hi).astype(np.int64) - WB, 0)
     wl = shifted_each(w_lo, E, False)[:, :, None]
     wh = shifted_each(w_hi, E, True)[:, :, None]
     if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
@@ -72,9 +73,9 @@ def query_rows(tables, values, q: int) -> Rows:
 
 
 def shifted_each(a, E, up: bool) -> np.ndarray:
-    """floor (ceil) of a[i, t] * 2^-E[i, t], exact, as int64."""
-    return np.array([[(-((-int(x)) >> int(s)) if up else int(x) >> int(s)) for x, s in zip(row, es)]
-                     for row, es in zip(a, E)], dtype=np.int64)
+    """floor (ceil) of a[i, t] * 2^-E[i, t], exact, as int64 (a: object ints; elementwise Python >>)."""
+    s = E.astype(object)
+    return (-((-a) >> s) if up else a >> s).astype(np.int64)
 
 
 def top_two(M):

@@ -106,17 +106,15 @@ def fixed_point(q: Fraction, up: bool, shift: int = SHIFT) -> int:
 
 def integer_bounds(B, mat, name: str, shift: int = SHIFT) -> tuple:
     """(lo, hi) object arrays of Python ints bounding 2^shift times each entry of the interval matrix
-    `name`. Rejected (the enclosure cannot be confirmed within range) beyond 2^(MAX_BITS - SHIFT)."""
-    lo = np.empty(mat.shape, dtype=object)
-    hi = np.empty(mat.shape, dtype=object)
+    `name` (`B.fixed_ends`). Rejected (the enclosure cannot be confirmed within range) beyond
+    2^(MAX_BITS - SHIFT)."""
+    lo, hi = (np.array(e, dtype=object).reshape(mat.shape) for e in B.fixed_ends(mat, shift))
     limit = 1 << (MAX_BITS - SHIFT + shift)     # |entry| <= 2^(MAX_BITS - SHIFT) iff both ends are within it
-    for r, row in enumerate(mat.rows()):
-        for c, x in enumerate(row):
-            a, b = B.lower(x), B.upper(x)
-            lo[r, c], hi[r, c] = fixed_point(a, False, shift), fixed_point(b, True, shift)
-            if -lo[r, c] > limit or hi[r, c] > limit:
-                raise Rejected("", f"{name}[{r}, {c}] in [{show(a)}, {show(b)}] exceeds 2^{MAX_BITS - SHIFT} "
-                                   f"in magnitude (hostile weights or hints)")
+    if mat.shape[0] and mat.shape[1] and max(-lo.min(), hi.max()) > limit:
+        r, c = next((r, c) for r, c in np.ndindex(*mat.shape) if -lo[r, c] > limit or hi[r, c] > limit)
+        raise Rejected("", f"{name}[{r}, {c}] in [{show(Fraction(lo[r, c], 1 << shift))}, "
+                           f"{show(Fraction(hi[r, c], 1 << shift))}] exceeds 2^{MAX_BITS - SHIFT} in magnitude "
+                           f"(hostile weights or hints)")
     return lo, hi
 
 
@@ -125,28 +123,33 @@ def numerator_bounds(B, mat) -> tuple:
     end in its row) and the scale exponent used.
 
     The fixed-point exponent grows with the dynamic range (by up to MAX_BITS bits) so that even the
-    smallest numerator keeps ~SHIFT significant bits; lower ends are clipped at 0 (exp > 0).
+    smallest numerator keeps ~SHIFT significant bits (any exponent is sound; this one is chosen from the
+    deepest d = entry - c_row, so the ends are read once); lower ends are clipped at 0 (exp > 0).
     """
-    row_max = [B.num(c) for c in mat.T.col_bounds()[1]]        # per row, >= every entry's upper end
-    ends = [[exp_ends(B, x - c) for x in row] for row, c in zip(mat.rows(), row_max)]
-    smallest = min(upper for row in ends for _, upper in row)
-    extra = 0 if smallest <= 0 else max(0, smallest.denominator.bit_length() - smallest.numerator.bit_length())
+    lows, highs = mat.T.col_bounds()            # per row: <= every entry's lower end, >= every upper end
+    depth = max(c - a for a, c in zip(lows, highs))             # every d >= -depth
+    D = B.matrix([[x - c for x in row] for row, c in zip(mat.rows(), map(B.num, highs))])
+    below = deep_entries(B, D) if depth >= MAX_BITS else None
+    if below is None:
+        E = D.map(B.exp)
+        tiny = B.upper(B.exp(B.num(-depth)))    # <= every numerator's upper end (exp(-depth) <= e^d)
+        extra = max(0, tiny.denominator.bit_length() - tiny.numerator.bit_length())
+    else:
+        E = B.matrix([[B.num(0) if b else B.exp(x) for x, b in zip(row, flags)]
+                      for row, flags in zip(D.rows(), below)])
+        extra = MAX_BITS
     shift = SHIFT + min(extra, MAX_BITS - 2 * SHIFT)
-    lo = np.array([[max(fixed_point(a, False, shift), 0) for a, _ in row] for row in ends], dtype=object)
-    hi = np.array([[fixed_point(b, True, shift) for _, b in row] for row in ends], dtype=object)
-    return lo, hi, shift
+    lo, hi = B.fixed_ends(E, shift)
+    if below is not None:       # e^d < 2^-MAX_BITS where d <= -MAX_BITS: ends 0 and 1 at every shift used
+        hi = [[1 if b else h for h, b in zip(row, flags)] for row, flags in zip(hi, below)]
+    return (np.array([[max(a, 0) for a in row] for row in lo], dtype=object), np.array(hi, dtype=object),
+            shift)
 
 
-def exp_ends(B, d) -> tuple:
-    """Exact rationals lower <= exp(d) <= upper for an interval d <= 0: Arb's / mpmath's, except that the
-    lower end is 0 where d reaches below -MAX_BITS and the upper end 2^-MAX_BITS (e^-L < 2^-L) where d lies
-    entirely below. At every shift `numerator_bounds` uses (<= MAX_BITS - SHIFT) those give the same
-    integers (0 and 1) as the library's ends, without building a rational with an astronomically large
-    denominator (hostile weights, e.g. scores of 2^2000)."""
-    if B.upper(d) <= -MAX_BITS:
-        return Fraction(0), Fraction(1, 1 << MAX_BITS)
-    e = B.exp(d)
-    return (B.lower(e) if B.lower(d) > -MAX_BITS else Fraction(0)), B.upper(e)
+def deep_entries(B, D) -> list:
+    """Per entry of D: whether it lies entirely at or below -MAX_BITS (hostile weights: Arb's exp of
+    [-2^2000, -2^12] is not finite, so those numerators are bounded without evaluating exp)."""
+    return [[h <= -MAX_BITS for h in row] for row in B.fixed_ends(D, 0)[1]]
 
 
 class PositionSums(NamedTuple):

@@ -16,8 +16,10 @@ def cost(cfg, claim, evidence):
                  f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")
     tokens = at(claim, "corollary", "prediction", "tokens")
     local = at(claim, "local", "prediction", "tokens")
-    if local is not None:   # the local rule: every token's exp-score and its ~20 exact operations per head and position
-        n = length(local)
-        return Cost(20 * H * n * v + MATRIX * 2 * H * v * d * dh, MATRIX_BYTES * 3 * v * d + 2 * SCALAR_BYTES * H * v,
+    if local is not None:   # the local rule: every token's exp-score and its ~20 exact operations per head and position;
+        n = length(local)   # per exact change ~6 H d operations and a 1 x d by d x V product, per competitor H V d
+        ex, comp = length(at(claim, "local", "exact_changes")), length(at(claim, "local", "competitors"))
+        work = 20 * H * n * v + MATRIX * (2 * H * v * d * dh + ex * d * v + comp * H * v * d) + 6 * ex * H * d
+        return Cost(work, MATRIX_BYTES * (3 * v * d + ex * v + comp * H * v) + 2 * SCALAR_BYTES * H * v,
                     f"this local influence certificate (n = {n})") + forward(cfg, n)
     return total + forward(cfg, length(tokens)) if tokens is not None else total

@@ -20,7 +20,7 @@ from fractions import Fraction
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
-from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists
+from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists, vector_norm
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
@@ -61,23 +61,28 @@ def head_view(B, model, tokens, h, X_all, div) -> dict:
     Z = B.fsum(e)
     o = [B.fsum(e[i] * val_rows[tokens[i]][c] for i in range(n)) / Z for c in range(len(val_rows[0]))]
     return {"r": r, "e_lo": [B.lower(x) for x in e], "e_hi": [B.upper(x) for x in e], "keys": keys, "qs": qs,
-            "shift": shift, "div": div, "dist": row_dists(B, vals, o)}
+            "shift": shift, "div": div, "dist": row_dists(B, vals, o), "e": e, "Z": Z, "vals": vals, "o": o}
 
 
-def position_bounds(B, views, tokens, j) -> tuple:
+def exp_scores(B, v, j) -> list:
+    """Every token's exp-score at non-final position j of head view v (shifted like x's own)."""
+    return [B.exp(s / v["div"] - v["shift"]) for s in (B.matrix([v["qs"][j]]) @ v["keys"].T).rows()[0]]
+
+
+def position_bounds(B, views, tokens, j, Es) -> tuple:
     """At non-final position j: (the single-change bound max_t sum_h min(old_h, (up(e_j) d_h[x_j] + up(E_t)
     d_h[t]) / (others_j + low(E_t))), per head (up of the best exp-score E, gamma_j = up(e_j) d_h[x_j] +
-    max_t up(E_t) d_h[t])); E_t the exp-score token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
+    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max); E_t (Es: per head) the exp-score
+    token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
     total, per_head = None, []
-    for v in views:
-        E = [B.exp(s / v["div"] - v["shift"]) for s in (B.matrix([v["qs"][j]]) @ v["keys"].T).rows()[0]]
+    for v, E in zip(views, Es):
         E_lo, E_hi, d = [B.lower(x) for x in E], [B.upper(x) for x in E], v["dist"]
         others, own, best = sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j] * d[tokens[j]], max(E_hi)
         old = 2 * v["r"] * max(v["e_hi"][j] / (others + v["e_hi"][j]), best / (others + best))
         new = [min(old, (own + hi * dt) / (others + lo)) for lo, hi, dt in zip(E_lo, E_hi, d)]
         total = new if total is None else [a + b for a, b in zip(total, new)]
         per_head.append((best, own + max(hi * dt for hi, dt in zip(E_hi, d))))
-    return max(total), per_head
+    return max(total), per_head, total
 
 
 def local_parts(B, model, tokens) -> dict:
@@ -86,22 +91,26 @@ def local_parts(B, model, tokens) -> dict:
     cfg, t, n = model.config, model.tensors, len(tokens)
     X_all, div = finite_inputs(B, model), attn_divisor(B, cfg)
     views = [head_view(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
-    pos = [position_bounds(B, views, tokens, j) for j in range(n - 1)]
-    change = max(c for c, _ in pos) if n > 1 else Fraction(0)
-    heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per in pos]) for h, v in enumerate(views)]
+    pos = [position_bounds(B, views, tokens, j, [exp_scores(B, v, j) for v in views]) for j in range(n - 1)]
+    change = max(c for c, _, _ in pos) if n > 1 else Fraction(0)
+    heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per, _ in pos]) for h, v in enumerate(views)]
     y = final_residual(B, model, tokens, Weights(B, model))
     M = centred_scaled(B, t["ln_final.w"], t["unembed.W_U"]) if cfg.final_ln else B.array(t["unembed.W_U"])
     mean = B.fsum(y) / cfg.d_model
-    py = B.lower(B.sqrt(B.fsum((v - mean) * (v - mean) for v in y)))
+    py = B.sqrt(B.fsum((v - mean) * (v - mean) for v in y))
+
+    def scale(D, end):   # the final LN's sigma(y') = sqrt(|P y'|^2 / d + eps) for |y' - y| <= D, |P y'| within |P y| +- D
+        low = max(B.lower(py) - D, Fraction(0)) if end == "lo" else B.upper(py) + D
+        return B.sqrt(B.num(low) ** 2 / cfg.d_model + B.num(cfg.eps))
 
     def lip_f(D):   # the final LN on ball(y, D): |P y'| >= |P y| - D (step 1's rule, locally)
-        if not cfg.final_ln:
-            return Fraction(1)
-        return B.upper(1 / B.sqrt(B.num(max(py - D, Fraction(0)) ** 2 / cfg.d_model) + B.num(cfg.eps)))
+        return B.upper(1 / scale(D, "lo")) if cfg.final_ln else Fraction(1)
     lo, hi = M.T.col_bounds()
     radius = max_row_dist(B, M.T, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
     return {"change": change, "change_prob": min(radius * lip_f(change) * change, Fraction(2)), "heads": heads,
-            "lip_f": lip_f, "unembed": M, "n": n}
+            "lip_f": lip_f, "scale": scale, "unembed": M, "n": n, "views": views, "tokens": list(tokens), "y": y,
+            "pair_moves": [N for _, _, N in pos],
+            **({"ln": True} if cfg.final_ln else {})}
 
 
 def top(xs, R) -> Fraction:
@@ -109,30 +118,200 @@ def top(xs, R) -> Fraction:
     return sum(sorted(xs, reverse=True)[:R])
 
 
-def movement(parts: dict, R: int) -> Fraction:
-    """lip_f(D) D with D a bound on ||y - y'|| over any set S of <= R changed non-final keys: R = 1 `change`;
-    else per head min(2 r_h min(1, max(a_S, a'_S)), gamma_S / rest): a_S <= the R largest a_j, a'_S <=
-    T' / (rest + T') (T' the R largest best exp-scores), gamma_S the R largest gamma_j, rest the n-1-R smallest
-    exp-scores of the other non-final positions plus the last one."""
-    if R <= 1:
-        return parts["lip_f"](parts["change"]) * parts["change"] if R == 1 else Fraction(0)
-    moved, n = Fraction(0), parts["n"]
+def head_moves(parts: dict, R: int) -> list:
+    """Per head, a bound on how far its output moves over any set of R >= 2 changed non-final keys:
+    min(2 r_h min(1, max(a_S, a'_S)), gamma_S / rest), with a_S <= the R largest a_j, a'_S <= T' / (rest + T')
+    (T' the R largest best exp-scores), gamma_S the R largest gamma_j, rest the n-1-R smallest exp-scores of
+    the other non-final positions plus the last one."""
+    moves, n = [], parts["n"]
     for r, e_lo, e_hi, per in parts["heads"]:
         total = sum(e_lo)
         a_S = top([e_hi[j] / (total - e_lo[j] + e_hi[j]) for j in range(n - 1)], R)
         T, gamma = top([b for b, _ in per], R), top([g for _, g in per], R)
         rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
         old = 2 * r * min(1, max(a_S, T / (rest + T)))
-        moved += min(old, gamma / rest) if rest > 0 else old
-    return parts["lip_f"](moved) * moved
+        moves.append(min(old, gamma / rest) if rest > 0 else old)
+    return moves
+
+
+def moved(parts: dict, R: int) -> Fraction:
+    """A bound D on ||y - y'|| over any set of <= R changed non-final keys (R = 1: `change`)."""
+    return Fraction(0) if R <= 0 else parts["change"] if R == 1 else sum(head_moves(parts, R))
+
+
+def movement(parts: dict, R: int) -> Fraction:
+    """lip_f(D) D: how far the final LN's output moves (D itself without a final LN)."""
+    D = moved(parts, R)
+    return parts["lip_f"](D) * D
+
+
+def gaps(B, model, parts, k) -> list:
+    """Enclosures (A_b, c_b) with l_k - l_b = A_b / sigma(y) + c_b on x for every b (sigma = 1 without a final
+    LN): A_b = y . (M[:, k] - M[:, b]), c_b the bias part (ln_final.b W_U + b_U)."""
+    t, V = model.tensors, model.config.d_vocab
+    A = (B.matrix([parts["y"]]) @ parts["unembed"]).rows()[0]
+    c = B.array(t["unembed.b_U"]).rows()[0] if "unembed.b_U" in t else [B.num(0)] * V
+    if model.config.final_ln and "ln_final.b" in t:
+        c = [a + b for a, b in zip((B.array(t["ln_final.b"]) @ B.array(t["unembed.W_U"])).rows()[0], c)]
+    return [(A[k] - A[b], c[k] - c[b]) for b in range(V)]
+
+
+def projections(B, parts, k, cands) -> list:
+    """Per head, w[t][i] = u_i . (v_t - o) for every token t, u_i = M[:, k] - M[:, cands[i]] (the head's value
+    of t minus its actual output, read along the competitor's gap direction), and upper bounds of ||u_i||."""
+    cols = parts["unembed"].T.rows()
+    U = B.matrix([[a - b for a, b in zip(cols[k], cols[c])] for c in cands]).T
+    out = []
+    for v in parts["views"]:
+        ou = (B.matrix([v["o"]]) @ U).rows()[0]
+        out.append([[p - q for p, q in zip(row, ou)] for row in (v["vals"] @ U).rows()])
+    return out, [vector_norm(B, B.matrix([row])) for row in U.T.rows()]
+
+
+def safety_radius(B, parts, gs, k) -> Fraction:
+    """rho = min_(b != k) low(l_k - l_b) / up(||u_b||): a final-LN output moving by < rho keeps every gap > 0."""
+    cols = parts["unembed"].T
+    norms, rho = row_dists(B, cols, cols.rows()[k]), None
+    for b in (b for b in range(len(gs)) if b != k):
+        gap = gap_floor(B, parts, gs[b], Fraction(0), 0)
+        if norms[b] > 0 or gap <= 0:   # a zero direction never moves: only its sign matters
+            r = gap / norms[b] if norms[b] > 0 else Fraction(0)
+            rho = r if rho is None else min(rho, r)
+    return max(rho, Fraction(0)) if rho is not None else Fraction(1)
+
+
+def unscreened(parts, rho) -> list:
+    """The single changes (j, t) whose bound N_(j,t) the radius does not cover: lip_f(change) N_(j,t) >= rho."""
+    lip = parts["lip_f"](parts["change"])
+    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if lip * N >= rho]
+
+
+def exact_gaps(B, model, parts, k, pairs) -> list:
+    """For each single change (j, t): a lower bound of min_(b != k) l_k - l_b on the changed input, from
+    y' = y + sum_h (E_(j,t) (v_t - o) - e_j (v_(x_j) - o)) / (Z - e_j + E_(j,t)) (exact: only key j moves)."""
+    cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
+    vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
+    rows = []
+    for j, t in pairs:
+        y2 = list(parts["y"])
+        for v, vr, kr in zip(views, vals, keys):
+            E = B.exp(B.dot(v["qs"][j], kr[t]) / v["div"] - v["shift"])
+            den = v["Z"] - v["e"][j] + E
+            y2 = [y + (E * (a - o) - v["e"][j] * (c - o)) / den for y, a, c, o in zip(y2, vr[t], vr[x[j]], v["o"])]
+        if cfg.final_ln:
+            mean = B.fsum(y2) / cfg.d_model
+            cen = [y - mean for y in y2]
+            sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
+            w = B.array(tensors["ln_final.w"]).rows()[0]
+            bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
+            y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
+        rows.append(y2)
+    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows() if rows else []
+    bU = B.array(tensors["unembed.b_U"]).rows()[0] if "unembed.b_U" in tensors else [B.num(0)] * cfg.d_vocab
+    return [min(B.lower(row[k] + bU[k] - l - c) for b, (l, c) in enumerate(zip(row, bU)) if b != k) for row in logits]
+
+
+def multi_floors(B, parts, w, unorms, R) -> list:
+    """Per competitor i: a lower bound of u_i . (y' - y) over any R >= 2 substitutions: per head, the numerator
+    sum_(j in S) E'_j w[t_j] - e_j w[x_j] >= -sum_(j in S) (e_j w[x_j]^+ + best_j w^-), over rest (as in
+    `head_moves`); never below -||u_i|| times the head's move."""
+    moves, n, tokens = head_moves(parts, R), parts["n"], parts["tokens"]
+    floors = [Fraction(0)] * len(unorms)
+    for (r, e_lo, e_hi, per), v, wh, move in zip(parts["heads"], parts["views"], w, moves):
+        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
+        for i, norm in enumerate(unorms):
+            neg = max(Fraction(0), max(-B.lower(row[i]) for row in wh))
+            d = [max(Fraction(0), B.upper(v["e"][j] * wh[tokens[j]][i])) + per[j][0] * neg for j in range(n - 1)]
+            floors[i] -= min(top(d, R) / rest, move * norm) if rest > 0 else move * norm
+    return floors
+
+
+def gap_floor(B, parts, gap, delta, R) -> Fraction:
+    """A lower bound of l_k - l_b after the changes, from (A_b, c_b) = gap and delta <= u_b . (y' - y):
+    (A_b + u_b . (y' - y)) / sigma(y') + c_b with sigma(y') between its ends for ||y' - y|| <= moved(R)
+    (linear in 1 / sigma, so an end is the minimum; sigma = 1 without a final LN)."""
+    A, c = gap
+    N = B.num(B.lower(A) + delta)
+    if "ln" not in parts:
+        return B.lower(N + c)
+    D = moved(parts, R)
+    return min(B.lower(N / parts["scale"](D, end) + c) for end in ("lo", "hi"))
+
+
+def parse_competitors(value, V: int, k: int) -> list:
+    """The competitors checked along their own gap direction: distinct token ids, none of them k."""
+    where = f"{WHERE}.competitors"
+    if not isinstance(value, list):
+        raise BadInput(f"{where}: must be a list of token ids")
+    out = [parse_int(b, f"{where}[{i}]", 0, V - 1) for i, b in enumerate(value)]
+    seen = set()
+    for b in out:
+        if b in seen or b == k:
+            raise BadInput(f"{where}: competitor {b} " + ("listed twice" if b in seen else "is the claimed token"))
+        seen.add(b)
+    return out
+
+
+def parse_changes(value, n: int, V: int) -> list:
+    """The single changes evaluated exactly: distinct [position j < n - 1, token t] pairs."""
+    where = f"{WHERE}.exact_changes"
+    if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+        raise BadInput(f"{where}: must be a list of [position, token] pairs")
+    out = [[parse_int(j, f"{where}[{i}][0]", 0, n - 2), parse_int(t, f"{where}[{i}][1]", 0, V - 1)]
+           for i, (j, t) in enumerate(value)]
+    if len({(j, t) for j, t in out}) < len(out):
+        raise BadInput(f"{where}: a change is listed twice")
+    return out
+
+
+def survives_one(B, model, ob, fig, needs, k, gs, changes) -> Fraction:
+    """R = 1: every single change (j, t) keeps every gap > 0, either screened (lip_f(change) N_(j,t) < rho,
+    `safety_radius`) or listed in `changes` and evaluated exactly (`exact_gaps`). Returns the smallest
+    certified gap over the listed ones (rho's own margin when none is listed)."""
+    rho = fig[f"{WHERE}.safety_radius"] = safety_radius(B, needs, gs, k)
+    listed = {(j, t) for j, t in changes}
+    for j, t in unscreened(needs, rho):
+        ob.require((j, t) in listed, f"change (position {j}, token {t}) not listed: lip_f*N = "
+                                     f"{show(needs['lip_f'](needs['change']) * needs['pair_moves'][j][t])} is not < rho {show(rho)}")
+    floors = exact_gaps(B, model, needs, k, changes)
+    for (j, t), floor in zip(changes, floors):
+        ob.require(floor > 0, f"change (position {j}, token {t}): the gap after it is >= {show(floor)}, not > 0")
+    return min(floors) if floors else rho
+
+
+def survives(B, model, ob, fig, needs, k, R, G, competitors, changes) -> Fraction:
+    """Every competitor b's gap l_k - l_b stays > 0 after any R changes: R = 1 by `survives_one`; R >= 2 a
+    listed b along its direction (`multi_floors`, through `gap_floor`), any other by G lip_f D < its gap.
+    Records the movement in fig; returns the smallest certified gap after the changes."""
+    move, gs = G * movement(needs, R), gaps(B, model, needs, k)
+    fig[f"{WHERE}.movement"], listed, worst = move, set(competitors), None
+    if R == 1:
+        return survives_one(B, model, ob, fig, needs, k, gs, changes)
+    for b in range(model.config.d_vocab):
+        if b != k and b not in listed:
+            floor = gap_floor(B, needs, gs[b], Fraction(0), 0) - move
+            ob.require(floor > 0, f"competitor {b} (not listed): G*lip*movement = {show(move)} is not < its gap "
+                                  f"{show(floor + move)}")
+            worst = floor if worst is None else min(worst, floor)
+    if competitors and R >= 2:
+        w, unorms = projections(B, needs, k, competitors)
+        deltas = multi_floors(B, needs, w, unorms, R)
+        for b, delta in zip(competitors, deltas):
+            floor = gap_floor(B, needs, gs[b], delta, R)
+            ob.require(floor > 0, f"competitor {b}: its gap after {R} change(s) is >= {show(floor)}, not > 0")
+            worst = floor if worst is None else min(worst, floor)
+    return worst
 
 
 def check_local(model, B, ob, local: dict) -> str:
     """Obligations "influence local: ...": the prediction on x, the single-change bounds, G, and the movement of
     R changes below the margin. Returns the summary line."""
     supported(model.config)
-    fields(local, WHERE, {"prediction", "change", "change_prob", "substitutions", "gap_lipschitz"})
+    fields(local, WHERE, {"prediction", "change", "change_prob", "substitutions", "gap_lipschitz"},
+           {"competitors", "exact_changes"})
     tokens, k, margin = parse_prediction(local["prediction"], model.config, f"{WHERE}.prediction")
+    competitors = parse_competitors(local.get("competitors", []), model.config.d_vocab, k)
+    changes = parse_changes(local.get("exact_changes", []), len(tokens), model.config.d_vocab)
     R = parse_int(local["substitutions"], f"{WHERE}.substitutions", 0, max(len(tokens) - 1, 0))
     claimed = {key: parse_number(local[key], f"{WHERE}.{key}") for key in ("change", "change_prob", "gap_lipschitz")}
     check_prediction(B, model, local["prediction"], ob, f"{WHERE}.prediction", name="influence local: prediction logit gap")
@@ -146,8 +325,11 @@ def check_local(model, B, ob, local: dict) -> str:
         need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, columns, columns.rows()[k])
         ob.require(claimed["gap_lipschitz"] >= need, f"claimed {show(claimed['gap_lipschitz'])} is below {show(need)}")
     with ob.step("influence local: R changes cannot close the gap") as fig:
-        move = fig[f"{WHERE}.movement"] = claimed["gap_lipschitz"] * movement(needs, R)
-        ob.require(move < margin, f"G*lip*movement = {show(move)} is not < margin {show(margin)}")
+        floor = fig[f"{WHERE}.gap_floor"] = survives(B, model, ob, fig, needs, k, R, claimed["gap_lipschitz"], competitors,
+                                                     changes)
+        move = fig[f"{WHERE}.movement"]
     return (f"on this input of length {len(tokens)}: one changed non-final token moves the last residual by <= "
             f"{show(claimed['change'])} and the distribution (L1) by <= {show(claimed['change_prob'])}; the next "
-            f"token {k} (margin {show(margin)}) survives ANY change of <= {R} non-final tokens (gap movement <= {show(move)})")
+            f"token {k} (margin {show(margin)}) survives ANY change of <= {R} non-final tokens (every gap stays >= "
+            f"{show(floor)}; {len(changes)} single change(s) evaluated exactly, {len(competitors)} competitor(s) along "
+            f"their own direction, the rest by G*lip*movement <= {show(move)})")

@@ -10,6 +10,8 @@ from fractions import Fraction
 import numpy as np
 
 ROWS_PER_BLOCK = 64   # rows per blockwise Gram product (bounds memory, not the result)
+VECTOR_ROWS = 1024    # rows per blockwise product with a few columns (min_centred_norms)
+EXACT_DTYPES = (np.float16, np.float32)
 
 
 def as_mat(B, a):
@@ -57,19 +59,32 @@ def max_row_dist(B, arr, center=None) -> Fraction:
     return max_row_dists(B, arr, [center])[0]
 
 
+def row_squares(B, arr) -> list:
+    """||arr[r]||^2 for each row r of a stored array, as interval scalars: for float16/32 weights the float64
+    squares are exact (<= 48-bit significands, within float64's normal range) and one product with a column
+    of ones sums each row; otherwise the diagonal of the Gram matrix."""
+    a = np.asarray(arr)
+    if a.dtype in EXACT_DTYPES:
+        return [r[0] for r in (B.array(a.astype(np.float64) ** 2) @ B.array(np.ones((a.shape[1], 1)))).rows()]
+    g = (B.array(a) @ B.array(a).T).rows()
+    return [g[i][i] for i in range(len(g))]
+
+
 def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
     centring projection I - 11^T/d (centred False: P = I, for RMSNorm): ||P z||^2 = ||z||^2 - (sum z)^2 / d
-    with z = arr[r] + c, blockwise."""
+    with z = arr[r] + c (arr: a stored array), blockwise."""
     d = arr.shape[1]
     cols = B.matrix([list(c) for c in offsets]).T
     ones = B.array(np.ones((d, 1)))
     c_sq, c_sum = [r[j] for j, r in enumerate((cols.T @ cols).rows())], (cols.T @ ones).rows()
-    best = [None] * len(offsets)
-    for blk in _row_blocks(B, arr):
-        g, x, s = (blk @ blk.T).rows(), (blk @ cols).rows(), (blk @ ones).rows()
+    best, arr = [None] * len(offsets), np.asarray(arr)
+    for start in range(0, arr.shape[0], VECTOR_ROWS):
+        part = arr[start:start + VECTOR_ROWS]
+        blk = B.array(part)
+        g, x, s = row_squares(B, part), (blk @ cols).rows(), (blk @ ones).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i][i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
+            low = min(B.lower(g[i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
                       for i in range(blk.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
@@ -93,11 +108,21 @@ def abs_dot(B, u, v) -> Fraction:
     return B.abs_upper((u @ v.T).rows()[0][0])
 
 
+def scaled_rows(B, w, W):
+    """The interval matrix diag(w) W. For float16/32 weights it enters as a point: each float64 product
+    w_i W_ij is exact (significands of <= 24 bits each give <= 48 bits; magnitudes 2^-298 to 2^256 stay in
+    float64's normal range); otherwise the product with diag(w)."""
+    w, W = np.asarray(w), np.asarray(W)
+    if w.dtype in EXACT_DTYPES and W.dtype in EXACT_DTYPES:
+        return B.array(w.astype(np.float64)[:, None] * W.astype(np.float64))
+    return B.array(np.diag(w)) @ B.array(W)
+
+
 def centred_scaled(B, w, W):
     """The interval matrix P diag(w) W (P the centring projection): the LayerNorm gain folded into the
     matrix W that reads the LN output, so that u W = g (P diag(w) W) + b W for u = w * g + b, g centred."""
     W = np.asarray(W)
-    M = B.array(np.diag(np.asarray(w))) @ B.array(W)
+    M = scaled_rows(B, w, W)
     d = W.shape[0]
     col_means = (B.array(np.ones((1, d))) @ M).scale(B.num(Fraction(1, d)))
     return M - B.array(np.ones((d, 1))) @ col_means
@@ -117,10 +142,37 @@ def operator_norm(B, factors, power: int) -> Fraction:
     else:
         first, second = as_mat(B, factors[0]), as_mat(B, factors[1])
         gram = (first.T @ first) @ (second @ second.T)
-    for _ in range(power):
+    return gram_norm(B, gram, power)
+
+
+def gram_norm(B, gram, power: int, divisor: int = 1) -> Fraction:
+    """tr(P^m)^(1/(2m)) / divisor (m = 2^power) for P = `gram` (an interval matrix holding a Gram matrix, or
+    the product of two Gram matrices as operator_norm builds it): power - 1 squarings Q = P^(m/2), then
+    tr(Q Q) = sum_ij Q_ij Q_ji entrywise, which saves the last matrix product (same bound)."""
+    for _ in range(power - 1):
         gram = gram @ gram
     rows = gram.rows()
-    trace = B.upper(B.fsum(rows[i][i] for i in range(len(rows))))
+    if power == 0:
+        trace = B.upper(B.fsum(rows[i][i] for i in range(len(rows))))
+    else:
+        trace = B.upper(B.fsum(a * b for r, c in zip(rows, gram.T.rows()) for a, b in zip(r, c)))
     if trace <= 0:
         return Fraction(0)
-    return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))))
+    return B.upper(B.exp(B.log(B.num(trace)) / (2 ** (power + 1))) / divisor)
+
+
+
+
+def folded_norm(B, w, W, power: int) -> Fraction:
+    """Upper bound of ||P diag(w) W||_2 (P the centring projection, W d x m, the LayerNorm gain w) by the
+    trace-power bound on its Gram matrix, built without the d x m interval matrix when m > d and the
+    weights are float16/32: P diag(w) = F / d with F = (d I - 1 1^T) diag(w), whose entries (d delta_ij - 1)
+    w_j are exact in float64 (an integer below 2^29 times a <= 24-bit significand: <= 53 bits), so the Gram
+    matrix is F (W W^T) F^T / d^2: three products with a point factor (the exact layer where it runs)."""
+    w, W = np.asarray(w), np.asarray(W)
+    d, m = W.shape
+    if m <= d or w.dtype not in EXACT_DTYPES or W.dtype not in EXACT_DTYPES or d >= 2 ** 29:
+        return operator_norm(B, [centred_scaled(B, w, W)], power)
+    F = B.array((d * np.eye(d) - 1) * w.astype(np.float64)[None, :])
+    stored = B.array(W)
+    return gram_norm(B, (F @ (stored @ stored.T)) @ F.T, power, d)

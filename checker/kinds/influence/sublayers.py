@@ -13,8 +13,10 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.forward import Weights, act_lipschitz, activation, layer_norm
-from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, max_row_dist, min_centred_norms,
-                                                 operator_norm, product_norm, row_dists, vector_norm)
+from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, max_row_dist,
+                                                 min_centred_norms, operator_norm, product_norm, row_dists,
+                                                 scaled_rows,
+                                                 vector_norm)
 
 
 class LNMap(NamedTuple):
@@ -32,7 +34,14 @@ def fold(B, ln: LNMap, W):
     """P diag(w) W for a LayerNorm with gain w, diag(w) W for an RMSNorm (W itself without normalisation)."""
     if ln.w is None:
         return B.array(W)
-    return centred_scaled(B, ln.w, W) if ln.centred else B.array(np.diag(np.asarray(ln.w))) @ B.array(W)
+    return centred_scaled(B, ln.w, W) if ln.centred else scaled_rows(B, ln.w, W)
+
+
+def fold_norm(B, ln: LNMap, W, power) -> Fraction:
+    """Upper bound of ||fold(ln, W)||_2 (a LayerNorm's wide reader, e.g. W_in, by its Gram matrix alone)."""
+    if ln.w is not None and ln.centred:
+        return folded_norm(B, ln.w, W, power)
+    return operator_norm(B, [fold(B, ln, W)], power)
 
 
 def shift(B, ln: LNMap, W, bias):
@@ -77,7 +86,7 @@ def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
     t, p, name = model.tensors, f"blocks.{layer}.mlp.", f"L{layer}.mlp."
     if model.config.gated_mlp:
         return gated_mlp(B, ld, model, layer, ln, power)
-    s_in = ld.const(name + "W_in", lambda: operator_norm(B, [fold(B, ln, t[p + "W_in"])], power))
+    s_in = ld.const(name + "W_in", lambda: fold_norm(B, ln, t[p + "W_in"], power))
     s_out = ld.const(name + "W_out", lambda: operator_norm(B, [t[p + "W_out"]], power))
     act = act_lipschitz(B, model.config.act_fn)
     z0 = shift(B, ln, t[p + "W_in"], t[p + "b_in"])
