@@ -285,7 +285,7 @@ def check_cheap_bound(B, cfg, tables: TightTables, gap: LogitGap, exact: dict, k
         his = [hi for _, hi in (gap.evo_all @ gap.Wd).col_extremes(cfg.n_heads)]
         rest = [j for j in range(cfg.d_vocab) if j != k and j not in exact]
         sums = free_sums_upper(B, tables.beta, his) if all(isinstance(hi, tuple) for hi in his) else None
-        cheap = {} if sums is None else {j: gap.bound(gap.fixed[j] + sums[j], j) for j in rest}
+        cheap = {} if sums is None else {j: gap.bound(gap.fixed[j] + sums[j], j) for j in range(cfg.d_vocab)}
         unsure = [j for j in rest if cheap.get(j, 0) >= 0]
         if unsure:
             his = [exact_backend.fractions(hi) for hi in his]
