@@ -177,7 +177,7 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
     for start in range(0, x.shape[axis], step):
         block = x[start:start + step] if axis == 0 else x[:, start:start + step]
         for s, (lines, d) in _block_digits(block, top[start:start + step], bits, axis).items():
-            idx = np.flatnonzero(lines)
+            idx = np.flatnonzero(d.any(axis=red))   # lines whose digit s is all zero add nothing to a product
             if len(idx) < len(lines):
                 d = d[idx] if axis == 0 else d[:, idx]
             parts.setdefault(s, []).append((idx + start, d, _digit_stats(d, axis)))
@@ -288,7 +288,9 @@ def _accumulate(groups, off, rows, cols, part, bound, shape):
 def _add_block(target, rows, cols, part):
     """target[rows][:, cols] += part, without fancy indexing when rows or columns are all of them."""
     all_rows, all_cols = len(rows) == target.shape[0], len(cols) == target.shape[1]
-    if all_rows and all_cols:
+    if all_cols and rows[-1] - rows[0] + 1 == len(rows):   # sorted, so a run of rows: a view, no gather
+        target[rows[0]:rows[-1] + 1] += part
+    elif all_rows and all_cols:
         target += part
     elif all_rows:
         target[:, cols] += part

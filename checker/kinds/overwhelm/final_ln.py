@@ -46,15 +46,17 @@ def parse(raw, cfg, where: str = "evidence.final_ln") -> dict:
             "sigma_hi": parse_number(raw["sigma_hi"], f"{where}.sigma_hi")}
 
 
-def centring(B, d: int):
-    """The centring projection P = I - 11^T/d as an interval matrix (d x d)."""
-    return B.array(np.eye(d)) - B.array(np.ones((d, d))).scale(B.num(Fraction(1, d)))
-
-
-def transform(B, W, d: int):
-    """M_w = P diag(w) (d x d): row r M_w = (P r) * w, so (r M_w) . d_jk = u_jk . r."""
-    w = np.asarray(W.model.tensors["ln_final.w"], dtype=np.float64)
-    return B.array(np.diag(w)) - B.array(np.tile(w, (d, 1))).scale(B.num(Fraction(1, d)))
+def centred(B, X, w=None):
+    """X P for P = I - 11^T/d the centring (d = X's columns), or X M_w = X P diag(w) given the final LN's
+    gain w (row r M_w = (P r) * w, so (r M_w) . d_jk = u_jk . r): X (d I - 11^T) [diag(w)] scaled by 1/d.
+    The integer matrix (entries d - 1 and -1) and diag(w) are exact points, so both products take the exact
+    layer's point path and only the scale rounds; the scaled result is native, so a product with it
+    enters the exact layer as a ball (`exact_backend.ball_times_point`: a third of the ends' digit products)."""
+    d = X.shape[1]
+    Y = X @ B.array(d * np.eye(d) - 1.0)
+    if w is not None:
+        Y = Y @ B.array(np.diag(np.asarray(w, dtype=np.float64)))
+    return Y.scale(B.num(Fraction(1, d)))
 
 
 def offsets(B, W, k: int, Wd) -> list:
@@ -71,9 +73,9 @@ def decide(U: Fraction, e: Fraction, s_lo: Fraction, s_hi: Fraction) -> Fraction
     return max(U / s_lo, U / s_hi) + e
 
 
-def sq_norms_upper(B, X, Pc) -> list:
-    """Per row of the interval matrix X, an exact upper bound of |P x|^2 (P = Pc, the centring)."""
-    C = X @ Pc
+def sq_norms_upper(B, X) -> list:
+    """Per row of the interval matrix X, an exact upper bound of |P x|^2 (P the centring)."""
+    C = centred(B, X)
     ones = B.array(np.ones((X.shape[1], 1)))
     return [max(B.upper(r[0]), Fraction(0)) for r in (C.map(lambda x: x * x) @ ones).rows()]
 
@@ -82,10 +84,9 @@ def residual_sq_upper(B, cfg, Pf, evo: list, beta: list, cross: Fraction):
     """(N2, |P f|^2 bound, S): N2 >= |P r|^2 for every reachable residual r. With Pf = P f (1 x d), S =
     sum_h beta_max_h max_t |P EVO_h(t)| >= |P r - P f| and cross >= max over T of P f . (r - f) (certified
     by the caller), N2 = min((|P f| + S)^2, |P f|^2 + 2 cross + S^2)."""
-    Pc = centring(B, cfg.d_model)
     ones = B.array(np.ones((cfg.d_model, 1)))
     pf2 = max(B.upper((Pf.map(lambda x: x * x) @ ones).rows()[0][0]), Fraction(0))
-    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, E, Pc))) for E, (_, bmax) in zip(evo, beta)), Fraction(0))
+    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, E))) for E, (_, bmax) in zip(evo, beta)), Fraction(0))
     return min((sqrt_upper(B, pf2) + S) ** 2, pf2 + 2 * cross + S * S), pf2, S
 
 

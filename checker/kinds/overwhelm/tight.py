@@ -39,6 +39,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from tcert.checker import exact_backend
 from tcert.checker.assignment import assignment_bound, parse_duals
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
@@ -223,17 +224,17 @@ def logit_gap(B, model, W, tables: TightTables, q: Question, fl) -> LogitGap:
         bU = W.vec("unembed.b_U")
         fixed = [B.upper(x + bU[j] - bU[k]) for j, x in enumerate((f @ Wd).rows()[0])]
         return LogitGap(fixed, [Fraction(0)] * cfg.d_vocab, Fraction(1), Fraction(1), tables.evo, tables.evo_all, Wd, f)
-    ln_map = final_ln.transform(B, W, cfg.d_model)
-    fixed = [B.upper(x) for x in ((f @ ln_map) @ Wd).rows()[0]]
+    w = model.tensors["ln_final.w"]
+    fixed = [B.upper(x) for x in (final_ln.centred(B, f, w) @ Wd).rows()[0]]
     return LogitGap(fixed, final_ln.offsets(B, W, k, Wd), fl["sigma_lo"], fl["sigma_hi"],
-                    [E @ ln_map for E in tables.evo], tables.evo_all @ ln_map, Wd, f)
+                    [final_ln.centred(B, E, w) for E in tables.evo], final_ln.centred(B, tables.evo_all, w), Wd, f)
 
 
 def check_sigma_range(B, cfg, tables: TightTables, gap: LogitGap, fl: dict, ob, title: str) -> None:
     """The final LN's obligations (final_ln.py): sigma_hi >= sigma(r) and sigma_lo <= sigma(r) for every
     reachable residual r, each from a per-head Dinkelbach bound on one residual direction."""
     with ob.step(f"{title}: final LN cross term (direction P f)") as fig:
-        Pf = gap.f @ final_ln.centring(B, cfg.d_model)
+        Pf = final_ln.centred(B, gap.f)
         cross = direction_bound(B, tables, Pf.T, fl["cross_term"], "P f", ob)
         fig["max of P f . (r - f)"] = cross
     with ob.step(f"{title}: final LN sigma_hi") as fig:
@@ -277,14 +278,19 @@ def top(beta, x: Fraction) -> Fraction:
 
 def check_cheap_bound(B, cfg, tables: TightTables, gap: LogitGap, exact: dict, k: int, ob, title: str):
     """Every competitor not listed for the exact bound passes the cheap bound (value extremes x beta);
-    returns the worst of their bounds (None if every competitor is listed)."""
+    returns the worst of their bounds (None if every competitor is listed). The free terms' sum comes
+    from `free_sums_upper` where the extremes are float64 arrays; a competitor whose bound from it is not
+    < 0, and every one without it, gets the exact Fraction sum, so a rejection is the exact rule's."""
     with ob.step(f"{title}: cheap bound") as fig:
-        C = gap.evo_all @ gap.Wd
-        cheap = [gap.fixed[j] for j in range(cfg.d_vocab)]
-        for h, (_, hi) in enumerate(C.col_bounds(cfg.n_heads)):
-            cheap = [x + top(tables.beta[h], y) for x, y in zip(cheap, hi)]
-        cheap = [gap.bound(x, j) for j, x in enumerate(cheap)]
+        his = [hi for _, hi in (gap.evo_all @ gap.Wd).col_extremes(cfg.n_heads)]
         rest = [j for j in range(cfg.d_vocab) if j != k and j not in exact]
+        sums = free_sums_upper(B, tables.beta, his) if all(isinstance(hi, tuple) for hi in his) else None
+        cheap = {} if sums is None else {j: gap.bound(gap.fixed[j] + sums[j], j) for j in range(cfg.d_vocab)}
+        unsure = [j for j in rest if cheap.get(j, 0) >= 0]
+        if unsure:
+            his = [exact_backend.fractions(hi) for hi in his]
+            for j in unsure:
+                cheap[j] = gap.bound(gap.fixed[j] + sum(top(b, hi[j]) for b, hi in zip(tables.beta, his)), j)
         failing = [j for j in rest if cheap[j] >= 0]
         if failing:
             raise Rejected("", f"competitor {failing[0]} is not listed for the exact bound and its cheap bound "
@@ -292,6 +298,20 @@ def check_cheap_bound(B, cfg, tables: TightTables, gap: LogitGap, exact: dict, k
         worst = fig["worst cheap bound"] = max((cheap[j] for j in rest), default=None)
         fig["competitors by cheap bound"] = len(rest)
     return worst
+
+
+def free_sums_upper(B, beta: list, his: list) -> list:
+    """Per column j, an upper bound (Fraction) of sum_h top(beta_h, x_hj) for the upper extremes x_h in
+    split form (float64 arrays (q1, q2), x = q1 + q2 exactly, q1 its ceiling: x > 0 iff q1 > 0), as one
+    product: the interval row of beta_max / beta_min per head and part times the point matrix of the
+    parts kept where x > 0 / x <= 0 (rows of zeros elsewhere), so no Fraction per head and column."""
+    coef, rows = [], []
+    for (b_min, b_max), (q1, q2) in zip(beta, his):
+        pos = q1 > 0
+        for b, keep in ((b_max, pos), (b_min, ~pos)):
+            coef += [B.num(b)] * 2
+            rows += [np.where(keep, q1, 0.0), np.where(keep, q2, 0.0)]
+    return [B.upper(x) for x in (B.matrix([coef]) @ B.array(np.array(rows))).rows()[0]]
 
 
 def check_lambdas(B, model, tables: TightTables, gap: LogitGap, exact: dict, k: int, ob, title: str) -> None:
