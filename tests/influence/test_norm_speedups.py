@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence.norms import centred_scaled, folded_norm, gram_norm, operator_norm
+from tcert.checker.kinds.influence.norms import centred_scaled, folded_norm, operator_norm
 
 
 def spectral(W) -> Fraction:

@@ -83,8 +83,7 @@ def weights(S: Screen, Q, M, T, up: bool):
 def value_bounds(V, n: int) -> tuple:
     """cubic's `value_bounds` for every max token m at once: arrays Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
     (each table centred at column m, maxima over x != m)."""
-    (EUl, EUh), (EVl, EVh), (PVl, PVh) = V["EU"], V["EVOU"], V["PVOU"]
-    v = len(EUl)
+    v = len(V["EU"][0])
     Tm, Tq, EUp, R = (np.empty((v, v), dtype=np.int64) for _ in range(4))
     for m in range(v):
         EU, EV, PV = centred(V, m)
