@@ -140,9 +140,7 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     values = rows.value_tables(T)
     credited_any = 0
     for q in range(v):
-        R = rows.query_rows(T, values, q)
-        Eq = rows.common_exponents(R, q)
-        Dal = rows.align(R.D, Eq[None, None, :] - R.E[:, :, None], True)
+        R, Eq, Dal = rows.query_view(T, values, q)
         for m in range(q, v):
             for c in range(0, (n - 1 if q == m else n - 2) + 1):
                 for P in itertools.combinations(range(n - 1), c):
@@ -182,9 +180,7 @@ def test_coupled_bound_proves_only_correct_inputs(tiny):
     values = rows.value_tables(T)
     proved_any = 0
     for q in range(v):
-        R = rows.query_rows(T, values, q)
-        Eq = rows.common_exponents(R, q)
-        Dal = rows.align(R.D, Eq[None, None, :] - R.E[:, :, None], True)
+        R, Eq, Dal = rows.query_view(T, values, q)
         for m in range(max(q, 1), v):
             for c in range(1, (n - 1 if q == m else n - 2) + 1):
                 for P in itertools.combinations(range(n - 1), c):

@@ -19,8 +19,7 @@ import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.accuracy.rows import (align, common_exponents, decide, exact_correct, fixed_part, query_rows,
-                                                value_tables)
+from tcert.checker.kinds.accuracy.rows import decide, exact_correct, fixed_part, query_view, value_tables
 from tcert.checker.kinds.accuracy.tables import integer_tables
 
 MAX_BRUTE_INPUTS = 1 << 26
@@ -50,9 +49,7 @@ def correct_weight(tables, dist) -> tuple:
     values = value_tables(tables)
     total, tally = 0, np.zeros(3, dtype=np.int64)
     for q in range(v):
-        rows = query_rows(tables, values, q)
-        Eq = common_exponents(rows, q)
-        Dal = align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)          # (i, t, m) at Eq[m]
+        rows, Eq, Dal = query_view(tables, values, q)          # Dal[i][t, m] at Eq[m]
         for c in range(n):
             for P in itertools.combinations(range(n - 1), c):
                 w, t = pattern_inputs(tables, rows, Eq, Dal, q, P, dist)

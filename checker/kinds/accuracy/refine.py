@@ -33,8 +33,8 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (align, common_exponents, coupled, decide, exact_correct, fixed_part,
-                                                fixed_terms, query_rows, value_tables)
+from tcert.checker.kinds.accuracy.rows import (align, coupled, decide, exact_correct, fixed_part, fixed_terms,
+                                                query_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
@@ -277,9 +277,7 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule))
         for q, groups in sorted(by_query.items()):
-            rows = query_rows(tables, values, q)
-            Eq = common_exponents(rows, q)
-            query, pending, batches = (rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)), [], {}
+            query, pending, batches = query_view(tables, values, q), [], {}
             for (m, _, P), rule in groups:
                 K = cases.get((m, q, len(P)), [])
                 if rule == "e" and 0 < len(P) <= 2:
@@ -291,7 +289,7 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             for P, batch in batches.items():
                 w, counted, left = coupled_groups(query, q, P, batch, dist)
                 weight, tally[0], pending = weight + w, tally[0] + counted, pending + left
-            w, counted, decided = decided_weight(tables, rows, q, pending, dist)
+            w, counted, decided = decided_weight(tables, query[0], q, pending, dist)
             weight, tally = weight + w, tally + (counted, decided)
         fig["pattern groups"] = len(patterns)
         fig["inputs credited by pattern groups"] = int(tally[0])

@@ -127,6 +127,14 @@ def common_exponents(rows: Rows, q: int) -> np.ndarray:
     return np.maximum(np.maximum.accumulate(rows.E[: n - 1].max(axis=0)), rows.E[n - 1, q])
 
 
+def query_view(tables, values, q: int) -> tuple:
+    """(rows, Eq, Dal) for query q, what the brute-force and pattern rules read: its rows (`query_rows`), the
+    common exponents Eq (`common_exponents`) and Dal[i][t, m] = rows.D[i][t, m] aligned (upward) to Eq[m]."""
+    rows = query_rows(tables, values, q)
+    Eq = common_exponents(rows, q)
+    return rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)
+
+
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
     """A[k] >= max_{x != m} of the fixed rows' terms H[x] - H[m] (the max token m = ms[k] at the positions M,
     the query q at n-1; coupled over x), aligned to Eq[m]: the part of the logit gap shared by every input of
