@@ -342,12 +342,10 @@ def bounded_end(man: int, exp: int, which: int, prec: int) -> Fraction:
     if man == 0:
         return Fraction(0)
     cut = abs(man).bit_length() - prec
-    if cut > 0:   # floor (lower end) or ceiling (upper end) of man / 2^cut
-        man, exp = (man >> cut if which == 0 else -((-man) >> cut)), exp + cut
+    if cut > 0:
+        man, exp = shift_out(man, cut, which), exp + cut
     top = exp + abs(man).bit_length()     # 2^(top - 1) <= |value| <= 2^top
-    if top > MAX_EXP:
-        raise Rejected("finite enclosure", f"an interval endpoint of magnitude about 2^{top} is beyond the "
-                                           f"bound 2^{MAX_EXP} on exact numbers")
+    require_magnitude(top)
     if top <= -MAX_EXP:   # |value| < 2^-MAX_EXP: the outward neighbour on the grid 0, +-2^-MAX_EXP
         return Fraction(0) if (man > 0) == (which == 0) else Fraction(1 if man > 0 else -1, 1 << MAX_EXP)
     return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
@@ -358,15 +356,21 @@ def fixed_end(man: int, exp: int, which: int, shift: int) -> int:
     when |man 2^exp| reaches 2^MAX_EXP (so the result has at most MAX_EXP + shift bits)."""
     if man == 0:
         return 0
-    if exp + abs(man).bit_length() > MAX_EXP:
-        raise Rejected("finite enclosure", f"an interval endpoint of magnitude about 2^{exp + abs(man).bit_length()} "
-                                           f"is beyond the bound 2^{MAX_EXP} on exact numbers")
+    require_magnitude(exp + abs(man).bit_length())
     k = exp + shift
-    if k >= 0:
-        return man << k
-    if -k > abs(man).bit_length():      # 0 < |man 2^k| < 1 (and a shift count too large for >>)
-        return (-1 if man < 0 else 0) if which == 0 else (0 if man < 0 else 1)
-    return man >> -k if which == 0 else -((-man) >> -k)
+    return man << k if k >= 0 else shift_out(man, -k, which)
+
+
+def shift_out(man: int, cut: int, which: int) -> int:
+    """floor (which = 0) or ceiling (1) of man / 2^cut for cut > 0 (Python's >> floors, any shift count)."""
+    return man >> cut if which == 0 else -((-man) >> cut)
+
+
+def require_magnitude(top: int) -> None:
+    """Rejected (fail closed) when an endpoint's magnitude 2^top is beyond the bound on exact numbers."""
+    if top > MAX_EXP:
+        raise Rejected("finite enclosure", f"an interval endpoint of magnitude about 2^{top} is beyond the "
+                                           f"bound 2^{MAX_EXP} on exact numbers")
 
 
 def make_backend(name: str, prec: int = DEFAULT_PREC) -> Backend:

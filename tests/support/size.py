@@ -110,7 +110,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # overwhelm 12; a run of rows accumulated through a view (exact_products._add_block) added exact 2.
 # screen.value_bounds lost an unused unpacking of the tables (accuracy -1).
 # rows.query_view: the per-query (rows, Eq, Dal) brute and refine each built by hand (accuracy -1).
-BUDGETS = {"kernel": 1940, "exact": 588, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 730}
+# interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
+# reads the final LN's gain and bias once, not per listed change (influence +1).
+BUDGETS = {"kernel": 1938, "exact": 588, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 731}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

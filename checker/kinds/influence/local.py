@@ -191,6 +191,9 @@ def exact_gaps(B, model, parts, k, pairs) -> list:
     y' = y + sum_h (E_(j,t) (v_t - o) - e_j (v_(x_j) - o)) / (Z - e_j + E_(j,t)) (exact: only key j moves)."""
     cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
     vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
+    if cfg.final_ln:
+        w = B.array(tensors["ln_final.w"]).rows()[0]
+        bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
     rows = []
     for j, t in pairs:
         y2 = list(parts["y"])
@@ -202,8 +205,6 @@ def exact_gaps(B, model, parts, k, pairs) -> list:
             mean = B.fsum(y2) / cfg.d_model
             cen = [y - mean for y in y2]
             sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
-            w = B.array(tensors["ln_final.w"]).rows()[0]
-            bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
             y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
         rows.append(y2)
     logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows() if rows else []
