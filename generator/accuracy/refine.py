@@ -173,7 +173,7 @@ def refine_evidence(model, budget=None, T=None, dist=None):
     for action in chosen:
         for kind, entry in action["entries"]:
             evidence[kind].append(entry)
-    split = {(m, q, bin(P).count("1")) for m, q, P, _ in evidence["patterns"]}
+    split = {(m, q, bin(P).count("1")) for m, q, P, *_ in evidence["patterns"]}
     evidence["mixed"] = sorted(e for e in evidence["mixed"] if tuple(e[:3]) not in split)   # patterns replace them
     evidence["patterns"] = sorted({tuple(e[:3]): e for e in evidence["patterns"]}.values())   # "e" replaces "d"
     info = {"flops": flops, "checker_flops": flops, "base": "cubic", "budget": limit,
@@ -254,9 +254,16 @@ def pattern_actions(T, H, case, K, dist, replaced: int) -> list:
         extra = ~d_ok & e_ok & outside
         if extra.any():
             upgrades.append({"gain": int(weights[extra].sum()), "query": q, "entries": [
-                ("patterns", [m, q, sum(1 << i for i in P), "e"])],
+                ("patterns", [m, q, sum(1 << i for i in P), "e", unclaimed(grid[~e_ok & outside], v)])],
                 "cost": int(np.count_nonzero(~d_ok & outside)) * decide_cost(v, n)})
     return [{"gain": d_gain - replaced, "cost": d_cost, "entries": d_entries, "query": q}] + upgrades
+
+
+def unclaimed(fillings, v: int) -> str:
+    """Rule "e"'s hint: the fillings the generator does not claim (its full test fails: the model's errors and
+    near ties), lowercase hex, each token in as many digits as v - 1 needs; the checker skips them."""
+    w = len(format(v - 1, "x"))
+    return "".join(format(int(t), f"0{w}x") for t in fillings.ravel())
 
 
 def input_weights(dist, group, grid) -> np.ndarray:

@@ -132,8 +132,9 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
 @pytest.mark.parametrize("rule", ["d", "e"])
 def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     """For every group (m, q, P) and several excluded sets K: rule "d" claims (the group minus its failing
-    list) only correct inputs, and both rules credit exactly their claimed inputs outside K^P; rule "e"
-    credits every certainly correct input outside K^P (no near ties in these models) and nothing else."""
+    list) only correct inputs, and both rules credit exactly their claimed inputs outside K^P; rule "e",
+    with a random unclaimed hint (correct and wrong fillings alike), credits every certainly correct input
+    outside K^P and outside the hint (no near ties in these models) and nothing else."""
     _, model, T, verdicts = tiny
     n, v = T["n"], T["v"]
     rng = random.Random(rule)
@@ -149,13 +150,17 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
                     K = sorted(rng.sample(range(m), rng.randint(0, m))) if P else []
                     outside = [f for f in itertools.product(range(m), repeat=c) if not all(t in K for t in f)] \
                         if P else [()]
-                    _, counted, left = refine.pattern_credit(T, (R, Eq, Dal), (m, q, P), K, rule, uniform(n, v))
+                    hint = [f for f in itertools.product(range(m), repeat=c) if rng.random() < 0.3] if P else []
+                    unclaimed = np.array(hint, dtype=np.int64).reshape(len(hint), c) if rule == "e" else None
+                    _, counted, left = refine.pattern_credit(T, (R, Eq, Dal), (m, q, P), K, (rule, unclaimed),
+                                                             uniform(n, v))
                     if left:
                         counted += refine.decided_weight(T, R, q, [left], uniform(n, v))[1]
                     inputs = list(group_inputs(n, m, q, P, outside))
                     good = sum(verdicts[t] is True for t in inputs)
                     if rule == "e":
-                        assert counted == good, (m, q, P)
+                        skipped = set(group_inputs(n, m, q, P, hint))
+                        assert counted == good - sum(verdicts[t] is True for t in skipped if t in inputs), (m, q, P)
                     else:
                         assert counted <= good, (m, q, P)
                         M = [i for i in range(n - 1) if i not in P]
@@ -195,24 +200,15 @@ def test_coupled_bound_proves_only_correct_inputs(tiny):
     assert proved_any > 0
 
 
-def test_refutation_shows_only_wrong_inputs(tiny):
-    """refine.refuted at every competitor of every input: every input it shows wrong is wrong (so a correct
-    input is never kept from the full test), and it shows wrong inputs wrong where the model has some."""
-    _, model, T, verdicts = tiny
-    v = T["v"]
-    values = rows.value_tables(T)
-    refuted_any, wrong_any = 0, any(verdict is False for verdict in verdicts.values())
-    for q in range(v):
-        R = rows.query_rows(T, values, q)
-        inputs = [t for t in verdicts if t[-1] == q]
-        tok = np.array(inputs, dtype=np.int64)
-        m = tok.max(axis=1)
-        for x in range(v):
-            out = refine.refuted(R, tok, m, np.full(len(tok), x))
-            assert not any(verdicts[t] is not False for t, o in zip(inputs, out) if o), (q, x)
-            assert not np.any(out[m == x])
-            refuted_any += int(np.count_nonzero(out))
-    assert refuted_any > 0 or not wrong_any, "no wrong input refuted"
+def test_unclaimed_hint_parses_to_its_fillings():
+    """parse_unclaimed: fillings position by position, as many hex digits per token as d_vocab - 1 needs."""
+    assert refine.parse_unclaimed("0a0b3e00", "u", 63, 2, 64).tolist() == [[10, 11], [62, 0]]
+    assert refine.parse_unclaimed("4213", "u", 5, 2, 6).tolist() == [[4, 2], [1, 3]]
+    assert refine.parse_unclaimed("", "u", 5, 0, 6).shape == (0, 0)
+    for text, k, msg in (("0a0", 2, "fillings"), ("0A0b", 2, "hex"), ("0a3f", 2, "below"), ("1", 0, "fillings"),
+                         ("\u00e90a", 1, "hex"), (7, 1, "fillings"), ("0-", 1, "hex")):
+        with pytest.raises(BadInput, match=msg):
+            refine.parse_unclaimed(text, "u", 63, k, 64)
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):
@@ -303,7 +299,9 @@ def test_random_refine_evidence_never_overclaims(tmp_path_factory, seed, edits, 
             P = rng.sample(range(n - 1), rng.randint(0, min(top, 3)))
             trial["mixed"] = [x for x in trial["mixed"] if x[:3] != [m, q, len(P)]]
             trial["patterns"] = [p for p in trial["patterns"] if p[:3] != [m, q, sum(1 << i for i in P)]]
-            trial["patterns"].append([m, q, sum(1 << i for i in P), rng.choice("de")])
+            hint = "".join(f"{rng.randrange(m):x}" for _ in range(len(P) * rng.randint(0, 3)))
+            trial["patterns"].append([m, q, sum(1 << i for i in P), "d"] if rng.random() < 0.5 else
+                                     [m, q, sum(1 << i for i in P), "e", hint])
         try:
             weight, _ = refine.certified(B, model, trial, uniform(n, v), Obligations())
         except (BadInput, Rejected):
@@ -365,6 +363,64 @@ def test_refine_mutations_are_rejected(shipped_tiny, backend):
         check(edited(cert, add_wrong), path, backend)
 
 
+def with_pattern(c, entry):
+    """evidence with `entry` as the only split of its case (m, q, |P|)."""
+    case = (entry[0], entry[1], bin(entry[2]).count("1"))
+    c["evidence"]["mixed"] = [x for x in c["evidence"]["mixed"] if tuple(x[:3]) != case]
+    c["evidence"]["patterns"] = [x for x in c["evidence"]["patterns"]
+                                 if (x[0], x[1], bin(x[2]).count("1")) != case] + [entry]
+
+
+def test_unclaimed_hint_never_adds_to_the_count(shipped_tiny):
+    """The count is what is proved, never what the hint says. A hint that lists one more correct input, one
+    the claim counts, lowers the certified count: REJECTED. Hints emptied (the model's errors no longer
+    listed): the same count, those inputs decided one by one instead. An unclaimed filling the coupled bound
+    proves is not credited either."""
+    path, cert = shipped_tiny
+    verdicts = input_verdicts(load_model(path))
+    n = len(next(iter(verdicts)))
+    base = check(cert, path)
+    e = [j for j, p in enumerate(cert["evidence"]["patterns"]) if p[3] == "e" and p[4]]
+    assert e, "no rule-e entry with unclaimed fillings"
+    j = e[0]
+    m, q, mask, _, hint = cert["evidence"]["patterns"][j]
+    P = [i for i in range(n - 1) if mask >> i & 1]
+    K = next((int(k[3], 16) for k in cert["evidence"]["cases"] if k[:3] == [m, q, len(P)]), 0)
+    listed = {tuple(int(hint[a + b], 16) for b in range(len(P))) for a in range(0, len(hint), len(P))}
+    assert all(verdicts[next(group_inputs(n, m, q, P, [f]))] is False for f in listed)
+    extra = next(f for f in itertools.product(range(m), repeat=len(P)) if f not in listed
+                 and not all(K >> t & 1 for t in f) and verdicts[next(group_inputs(n, m, q, P, [f]))] is True)
+
+    def also(c):
+        c["evidence"]["patterns"][j][4] = "".join(f"{t:x}" for f in sorted(listed | {extra}) for t in f)
+    with pytest.raises(Rejected, match="accuracy: count") as err:
+        check(edited(cert, also), path)
+    assert "1 fewer" in str(err.value)
+    emptied = check(edited(cert, lambda c: [p.__setitem__(4, "") for p in c["evidence"]["patterns"] if p[3] == "e"]),
+                    path)
+    assert emptied.figure("claim.correct_at_least") == base.figure("claim.correct_at_least")
+    assert emptied.figure("inputs decided one by one") > base.figure("inputs decided one by one")
+
+
+def test_every_unclaimed_hint_mutant_certifies_at_most_the_truth(shipped_tiny):
+    """The moves the mutation harness makes on the unclaimed hints (fillings dropped, duplicated, added,
+    moved, junk; the first 6 of each): each is rejected or certifies at most the oracle's count, and a hint
+    that takes a counted input out of the claim is rejected."""
+    import tcert.testing.mutation as M
+    path, cert = shipped_tiny
+    lo, _ = oracle_count(input_verdicts(load_model(path)))
+    moves = [x for x in M.mutants(cert) if x.move.startswith("hint")]
+    moves = [x for j, x in enumerate(moves) if sum(y.move == x.move for y in moves[:j]) < 6]   # 6 per move: ~1 s
+    assert {x.move for x in moves} >= {"hint-drop-first", "hint-dup-first", "hint-add", "hint-junk"}
+    rejected = set()
+    for x in moves:
+        try:
+            assert check(x.cert, path).figure("claim.correct_at_least") <= lo, x.label()
+        except (BadInput, Rejected):
+            rejected.add(x.move)
+    assert {"hint-add", "hint-junk"} <= rejected
+
+
 @pytest.mark.parametrize("edit, msg", [
     (lambda c: c["evidence"]["patterns"].append(c["evidence"]["patterns"][0]), "split twice"),
     (lambda c: c["evidence"]["patterns"][0].__setitem__(3, "x"), "posmask"),
@@ -374,6 +430,11 @@ def test_refine_mutations_are_rejected(shipped_tiny, backend):
     (lambda c: c["evidence"]["mixed"].append([7, 2, 1, "1", 2]), "b"),
     (lambda c: c["evidence"].pop("mixed"), "mixed"),
     (lambda c: c["evidence"].update(patterns="d"), "patterns"),
+    (lambda c: with_pattern(c, [7, 7, 3, "e"]), "unclaimed"),
+    (lambda c: with_pattern(c, [7, 7, 3, "d", ""]), "unclaimed"),
+    (lambda c: with_pattern(c, [7, 7, 3, "e", "7"]), "unclaimed"),
+    (lambda c: with_pattern(c, [7, 7, 3, "e", "0x"]), "hex"),
+    (lambda c: with_pattern(c, [7, 7, 3, "e", "07"]), "below"),
 ])
 def test_malformed_refine_evidence_is_bad_input(shipped_tiny, edit, msg):
     path, cert = shipped_tiny
@@ -385,7 +446,7 @@ def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):
     """A case split both ways would credit its inputs twice; two mixed entries of one case and one b must
     have disjoint sets."""
     path, cert = shipped_tiny
-    m, q, P, _ = next(p for p in cert["evidence"]["patterns"] if p[2])
+    m, q, P = next(p for p in cert["evidence"]["patterns"] if p[2])[:3]
     c = bin(P).count("1")
     K = next((k for k in cert["evidence"]["cases"] if k[:3] == [m, q, c]), [m, q, c, "0"])
     bad = [k for k in range(m) if not int(K[3], 16) >> k & 1]

@@ -52,6 +52,10 @@ PARSER_ONLY = {
     r"exceeds n_ctx": "prefix + free string + query longer than the model's n_ctx",
     r"the distribution's total weight is": "a weighted accuracy claim's total_weight equals what its distribution "
                                           "gives the model's d_vocab^n_ctx inputs",
+    r"weights must be >= 0 with a common denominator": "position weights are exact rationals >= 0 (a schema "
+                                                       "cannot compare exact rationals written as strings)",
+    r"unclaimed: (must be a hex string of fillings|a token is not below)": "a refine rule-\"e\" hint's length is "
+        "|posmask| tokens per filling at the model's hex width, each token below the group's m",
 }
 
 

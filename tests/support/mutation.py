@@ -129,6 +129,30 @@ STRING_ALTERNATIVES = {"rate": ["inverse", "harmonic"], "kind": ["any", "perm"],
                        "strategy": ["brute", "cubic", "subcubic"], "variant": ["svd", "svd2", "exact-eqke"]}
 
 
+def is_unclaimed(path, v) -> bool:
+    """Whether a leaf is an accuracy refine rule-"e" entry's unclaimed hint (evidence.patterns[j][4])."""
+    return isinstance(v, str) and len(path) == 4 and path[:2] == ("evidence", "patterns") and path[3] == 4
+
+
+def unclaimed_moves(cert, path, v) -> list:
+    """(move, new hint) pairs for an unclaimed hint: each of its first and last fillings dropped (that input is
+    then decided one by one), the first filling listed twice, the first filling not yet listed added (it is then
+    never credited), every listed token moved by one, and hex junk."""
+    m, _, posmask = get(cert, path[:3])[:3]
+    w, k = len(format(cert["claim"]["d_vocab"] - 1, "x")), bin(posmask).count("1")
+    size = w * k
+    listed = [v[i:i + size] for i in range(0, len(v), size)] if size else []
+    fillings = ("".join(format(t, f"0{w}x") for t in f) for f in itertools.product(range(m), repeat=k))
+    unlisted = next((f for f in fillings if f not in listed), None) if k else None
+    out = [("hint-drop-first", "".join(listed[1:])), ("hint-drop-last", "".join(listed[:-1]))] if listed else []
+    out += [("hint-dup-first", listed[0] + v)] if listed else []
+    out += [("hint-add", "".join(sorted(listed + [unlisted])))] if unlisted else []
+    out += [("hint-token+1", "".join(format(min(int(v[i:i + w], 16) + 1, m - 1), f"0{w}x")
+                                     for i in range(0, len(v), w)))] if v else []
+    out.append(("hint-junk", v + "g"))
+    return [(name, new) for name, new in out if new != v]
+
+
 class Mutant:
     """One edited certificate: what was moved, how, and whether the claim or envelope changed. The
     edited certificate is built on first use (`cert`), so that sampling a large certificate is cheap."""
@@ -171,7 +195,10 @@ def mutants(cert: dict, other_sha: str | None = None):
 
     for top in ("claim", "evidence"):
         for path, v in walk(cert[top], (top,)):
-            if is_number(v):
+            if is_unclaimed(path, v):           # before is_number: "0111" is a hint, not a number
+                for move, new in unclaimed_moves(cert, path, v):
+                    yield Mutant("evidence", path, move, at(path, new))
+            elif is_number(v):
                 for move, new in number_moves(v):
                     yield Mutant("numeric", path, move, at(path, new))
             elif isinstance(v, str) and len(path) > 1 and path[-1] in STRING_ALTERNATIVES:

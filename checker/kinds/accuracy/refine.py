@@ -8,17 +8,22 @@ evidence {"strategy": "refine",
                                                       inputs with exactly b of the c non-max positions holding
                                                       tokens of S = hexmask (S disjoint from K), the other c - b
                                                       tokens of K, in any order (`mixed_bound`)
-          "patterns": [[m, q, posmask, rule], ...]}   case (m, q, c = |P|) split by position: the inputs with
+          "patterns": [[m, q, posmask, "d"], [m, q, posmask, "e", unclaimed], ...]}
+                                                      case (m, q, c = |P|) split by position: the inputs with
                                                       the non-max tokens at the positions P = posmask (bit i =
                                                       position i), settled by rule "d" (`pattern_credit`: the
                                                       decoupled count) or "e" (each input "d" leaves decided
-                                                      exactly by `rows.decide` / `rows.exact_correct`)
+                                                      exactly by `rows.decide` / `rows.exact_correct`, except
+                                                      the fillings `unclaimed` lists: `parse_unclaimed`)
 
 A case (m, q, c) is split one way or the other, not both, and every entry is listed once (so the inputs each
 entry credits are disjoint from the other entries' and from the cubic cases'). Credited: the cubic cases'
 inputs, every input of each confirmed mixed entry (an entry that cannot be confirmed is rejected), and for
 each pattern entry the inputs outside K^P that its rule proves correct (a count: inputs it cannot prove are
-simply not credited).
+simply not credited). A rule "e" entry's `unclaimed` fillings are the generator's statement of the inputs it
+does not claim (the model's errors, lrat-style): they are not credited and get no test at all, which is sound
+because the count is only what is proved, never what the hint says; a hint that leaves out a wrong input only
+costs its full test, one that lists a correct input only lowers the count.
 
 Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases" (the cubic rule),
 "accuracy refine: mixed cases", "accuracy refine: pattern groups".
@@ -104,8 +109,8 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
     out, work = {}, 0
     for j, entry in enumerate(entries):
         where = f"evidence.patterns[{j}]"
-        if not isinstance(entry, list) or len(entry) != 4 or entry[3] not in ("d", "e"):
-            raise BadInput(f"{where}: must be [m, q, posmask, \"d\" | \"e\"]")
+        if not isinstance(entry, list) or (len(entry), entry[3:4]) not in ((4, ["d"]), (5, ["e"])):
+            raise BadInput(f"{where}: must be [m, q, posmask, \"d\"] or [m, q, posmask, \"e\", unclaimed]")
         m = parse_int(entry[0], where + ".m", 0, v - 1)
         q = parse_int(entry[1], where + ".q", 0, m)
         mask = parse_int(entry[2], where + ".posmask", 0, (1 << (n - 1)) - 1)
@@ -116,10 +121,31 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
         if (m, q, len(P)) in mixed or (m, q, P) in out:
             raise BadInput(f"{where}: {case_name(m, q, len(P))} is split twice")
         work += m ** len(P)
-        out[(m, q, P)] = entry[3]
+        out[(m, q, P)] = (entry[3], parse_unclaimed(entry[4], where + ".unclaimed", m, len(P), v)
+                          if entry[3] == "e" else None)
     if work > MAX_PATTERN_WORK:
         raise BadInput(f"evidence.patterns: {show(work)} inputs in the pattern groups exceed {MAX_PATTERN_WORK}")
     return out
+
+
+NIBBLE = np.full(256, 16, dtype=np.int64)      # a lowercase hex digit's value; 16 marks any other byte
+NIBBLE[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16)
+
+
+def parse_unclaimed(text, where: str, m: int, k: int, v: int) -> np.ndarray:
+    """A rule "e" entry's unclaimed fillings as an (N, k) array of tokens below m: a lowercase hex string of
+    N * k tokens, each written with as many digits as d_vocab - 1 needs (2 for d_vocab 64), position by
+    position ("" for none; at most m^k fillings)."""
+    w = len(format(v - 1, "x"))
+    if not isinstance(text, str) or len(text) % max(w * k, 1) or len(text) > w * k * m ** k:
+        raise BadInput(f"{where}: must be a hex string of fillings, {k} tokens of {w} digits each")
+    digits = NIBBLE[np.frombuffer(text.encode(), np.uint8)].reshape(-1, w) if text.isascii() else np.array([16])
+    if np.any(digits == 16):
+        raise BadInput(f"{where}: must be a lowercase hex string")
+    tokens = digits @ (16 ** np.arange(w - 1, -1, -1))
+    if np.any(tokens >= m):
+        raise BadInput(f"{where}: a token is not below the group's max token m = {m}")
+    return tokens.reshape(len(tokens) // k if k else 0, k)
 
 
 # ------------------------------------------------------------------------------------------ mixed cases
@@ -273,17 +299,17 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
     values, weight, tally = value_tables(tables), 0, np.zeros(2, dtype=np.int64)
     with ob.step("accuracy refine: pattern groups") as fig:
         by_query = {}
-        for (m, q, P), rule in sorted(patterns.items()):
+        for (m, q, P), (rule, unclaimed) in sorted(patterns.items()):
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
-                by_query.setdefault(q, []).append(((m, q, P), rule))
+                by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
         for q, groups in sorted(by_query.items()):
             query, pending, batches = query_view(tables, values, q), [], {}
-            for (m, _, P), rule in groups:
+            for (m, _, P), rule, unclaimed in groups:
                 K = cases.get((m, q, len(P)), [])
                 if rule == "e" and 0 < len(P) <= 2:
-                    batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P)))
+                    batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P), unclaimed))
                     continue
-                w, counted, left = pattern_credit(tables, query, (m, q, P), K, rule, dist)
+                w, counted, left = pattern_credit(tables, query, (m, q, P), K, (rule, unclaimed), dist)
                 weight, tally[0] = weight + w, tally[0] + counted
                 pending += [left] if left else []
             for P, batch in batches.items():
@@ -297,20 +323,21 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
     return weight
 
 
-def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
+def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     """(summed weight numerators, number) of the inputs of group (m, q, P) outside K^P that rule "d" proves
     correct: A + sum_{i in P} D[i, t_i, m] < 0 (`rows.fixed_part`, the top-2 bound of each free position; all
     aligned to one exponent); rule "e" adds the inputs `rows.coupled` proves (with |P| <= 2 it tries every
-    filling: it is never looser than the top-2 bound) and returns the inputs left, to be decided one by one
-    (token rows, P, the fixed positions' weight), else None."""
-    (m, q, P), (rows, Eq, Dal) = group, query
+    filling: it is never looser than the top-2 bound) and returns the inputs left outside its unclaimed
+    fillings, to be decided one by one (token rows, P, the fixed positions' weight), else None.
+    `settlement`: (rule, unclaimed fillings as from `parse_unclaimed`, None for rule "d")."""
+    (m, q, P), (rows, Eq, Dal), (rule, unclaimed) = group, query, settlement
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
     fixed_w = fixed_weight(dist, m, q, P)
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
     if rule == "e" and 0 < len(P) <= 2:      # every filling at once: the coupled bound, never looser than top-2
-        w, counted, left = coupled_groups(query, q, P, [(m, K, fixed_w)], dist)
+        w, counted, left = coupled_groups(query, q, P, [(m, K, fixed_w, unclaimed)], dist)
         return w, counted, left[0] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
@@ -319,10 +346,18 @@ def pattern_credit(tables, query, group, K, rule: str, dist) -> tuple:
     if K:
         k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
         counted, weight = counted - k_counted, weight - k_weight
-    if rule != "e" or not len(failing):
+    if rule != "e":
         return weight * fixed_w, counted, None
-    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[~np.all(inK[failing], axis=1)] if P else failing,
-                                   dist, fixed_w, n)
+    keep = ~np.all(inK[failing], axis=1) if P else np.ones(len(failing), dtype=bool)
+    if len(unclaimed):                       # never credited: the count takes them out again; no test
+        U = np.unique(unclaimed, axis=0)
+        U = U[~np.all(inK[U], axis=1)]
+        passed = U[sum((b[U[:, j]] for j, b in enumerate(betas)), np.int64(0)) < theta]
+        counted, weight = counted - len(passed), weight - fillings_weight(dist, passed, P)
+        keep &= ~np.isin(failing @ m ** np.arange(len(P)), U @ m ** np.arange(len(P)))   # base-m numbers
+    if not np.any(keep):
+        return weight * fixed_w, counted, None
+    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[keep], dist, fixed_w, n)
     return weight * fixed_w + w, counted + more, left
 
 
@@ -333,21 +368,23 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 
 
 def coupled_groups(query, q: int, P, groups, dist) -> tuple:
-    """Rule "e" for the groups [(m, K, fixed weight), ...] of one query q and one position pattern P with
-    |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
+    """Rule "e" for the groups [(m, K, fixed weight, unclaimed fillings), ...] of one query q and one position
+    pattern P with |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
     of `rows.coupled` on the grid of fillings below m outside K^P (each token axis as long as the chunk's
     largest m: no filling reaches it). Returns (summed weight numerators, number) of the fillings it proves
-    and, per group with fillings it cannot prove, (token rows, P, fixed weight)."""
+    and, per group with fillings it cannot prove that are not unclaimed, (token rows, P, fixed weight)."""
     rows, Eq, Dal = query
     n, v = rows.E.shape
     step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
     weight, counted, left = 0, 0, []
     for s in range(0, len(groups), step):
         chunk = groups[s:s + step]
-        ms, fixed = np.array([m for m, _, _ in chunk]), [f for _, _, f in chunk]
+        ms, fixed = np.array([g[0] for g in chunk]), [g[2] for g in chunk]
         top = int(ms.max())
         valid = grid_fillings(chunk, ms, len(P), top)
-        proved, best = grid_proved(query, q, P, ms, top)
+        for g, (_, _, _, unclaimed) in enumerate(chunk):     # not claimed: never credited, no test
+            valid[(g,) + tuple(unclaimed.T)] = False
+        proved = grid_proved(query, q, P, ms, top)
         good, rest = valid & proved, valid & ~proved
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
@@ -356,7 +393,7 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
             for i in reversed(P):
                 free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(query[0], best, rest, ms, fixed, q, P)
+        left += unproved_inputs(rows, rest, ms, fixed, q, P)
     return weight, counted, left
 
 
@@ -369,7 +406,7 @@ def grid_fillings(chunk, ms, k: int, v: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
     positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
     inK = np.zeros((len(ms), v), dtype=bool)
-    for g, (_, K, _) in enumerate(chunk):
+    for g, (_, K, _, _) in enumerate(chunk):
         inK[g, K] = True
     valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
     for j in range(k):
@@ -381,47 +418,29 @@ def grid_fillings(chunk, ms, k: int, v: int):
 def grid_proved(query, q: int, P, ms, top: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below top: the fillings `rows.coupled`'s bound proves,
     coupling one free position at a time with the fixed rows (the other free positions by their top-2 bound
-    Dal); and per free position j the competitor x != m of that bound's largest term, per (group, x_j)."""
+    Dal)."""
     rows, Eq, Dal = query
     n = rows.E.shape[0]
     F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-    proved, best = np.zeros((len(ms),) + (top,) * len(P), dtype=bool), []
+    proved = np.zeros((len(ms),) + (top,) * len(P), dtype=bool)
     for j, p in enumerate(P):
         A = align(rows.Hh[p][None, :top] - rows.Hl[p][:top, ms].T[:, :, None],
                   np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], True) + F[:, None, :]
         A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
-        best.append(A.argmax(axis=2))
         proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) + sum(
             (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
             np.int64(0)) < 0
-    return proved, best
+    return proved
 
 
-def unproved_inputs(rows, best, rest, ms, fixed, q: int, P) -> list:
-    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one,
-    leaving out the fillings `refuted` shows wrong at a competitor of the grid (`best`): not crediting an
-    input is always sound, and a correct input is never refuted, so this only spares them the full test."""
+def unproved_inputs(rows, rest, ms, fixed, q: int, P) -> list:
+    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
     n, idx = rows.E.shape[0], np.nonzero(rest)
     tok = np.repeat(ms[idx[0]][:, None], n, axis=1)
     tok[:, n - 1] = q
     for j, p in enumerate(P):
         tok[:, p] = idx[j + 1]
-    wrong = np.zeros(len(tok), dtype=bool)
-    for j in range(len(P)):
-        wrong |= refuted(rows, tok, ms[idx[0]], best[j][idx[0], idx[j + 1]])
-    g, tok = idx[0][~wrong], tok[~wrong]
-    return [(tok[g == k], P, fixed[k]) for k in np.unique(g)]
-
-
-def refuted(rows, tok, m, xs) -> np.ndarray:
-    """Per input (tok: (N, n) tokens with max m (N,)): certainly wrong at the competitor xs (N,), xs != m:
-    sum_i (Hl[i, t_i, xs] - Hh[i, t_i, m]) >= 0, each term aligned down to the input's largest row exponent
-    (a lower bound of the numerator of logit_xs - logit_m; a tie is wrong)."""
-    pos = np.arange(tok.shape[1])[None, :]
-    E = rows.E[pos, tok]
-    low = align(rows.Hl[pos, tok, xs[:, None]] - rows.Hh[pos, tok, m[:, None]], E.max(axis=1, keepdims=True) - E,
-                False)
-    return (xs != m) & (low.sum(axis=1) >= 0)
+    return [(tok[idx[0] == k], P, fixed[k]) for k in np.unique(idx[0])]
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
@@ -450,6 +469,11 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
         weight += fixed_w * rows_weight(dist, t[verdict[start:start + len(t)] == 1], P)
         start += len(t)
     return weight, int(np.count_nonzero(verdict == 1)), len(tok)
+
+
+def fillings_weight(dist, fillings, P) -> int:
+    """The summed weight numerators of the free positions P over `fillings` (N, |P|) (their number, uniformly)."""
+    return len(fillings) if dist.unit else sum(math.prod(dist.a[p][t] for p, t in zip(P, f)) for f in fillings.tolist())
 
 
 def rows_weight(dist, tok, P) -> int:
