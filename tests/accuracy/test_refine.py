@@ -202,13 +202,20 @@ def test_coupled_bound_proves_only_correct_inputs(tiny):
 
 def test_unclaimed_hint_parses_to_its_fillings():
     """parse_unclaimed: fillings position by position, as many hex digits per token as d_vocab - 1 needs."""
-    assert refine.parse_unclaimed("0a0b3e00", "u", 63, 2, 64).tolist() == [[10, 11], [62, 0]]
-    assert refine.parse_unclaimed("4213", "u", 5, 2, 6).tolist() == [[4, 2], [1, 3]]
-    assert refine.parse_unclaimed("", "u", 5, 0, 6).shape == (0, 0)
+    one = lambda text, m, k, v: refine.parse_unclaimed([(text, "u", m, k)], v)[0]
+    assert one("0a0b3e00", 63, 2, 64).tolist() == [[10, 11], [62, 0]]
+    assert one("4213", 5, 2, 6).tolist() == [[4, 2], [1, 3]]
+    assert one("", 5, 0, 6).shape == (0, 0) and refine.parse_unclaimed([], 64) == []
+    got = refine.parse_unclaimed([("0102", "a", 5, 2), ("", "b", 9, 1), ("030405", "c", 6, 1)], 64)
+    assert [g.tolist() for g in got] == [[[1, 2]], [], [[3], [4], [5]]]
     for text, k, msg in (("0a0", 2, "fillings"), ("0A0b", 2, "hex"), ("0a3f", 2, "below"), ("1", 0, "fillings"),
                          ("\u00e90a", 1, "hex"), (7, 1, "fillings"), ("0-", 1, "hex")):
         with pytest.raises(BadInput, match=msg):
-            refine.parse_unclaimed(text, "u", 63, k, 64)
+            one(text, 63, k, 64)
+    with pytest.raises(BadInput, match="^c: a token is not below the group's max token m = 4"):
+        refine.parse_unclaimed([("0102", "a", 5, 2), ("", "b", 9, 1), ("0304", "c", 4, 1)], 64)
+    with pytest.raises(BadInput, match="^b: must be a lowercase"):
+        refine.parse_unclaimed([("0102", "a", 5, 2), ("0G", "b", 9, 1), ("0304", "c", 4, 1)], 64)
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):

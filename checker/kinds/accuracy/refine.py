@@ -106,7 +106,7 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
     """evidence.patterns as {(m, q, P): rule} (P a tuple of positions), within the limits."""
     if not isinstance(entries, list) or len(entries) > v * v * (1 << (n - 1)):
         raise BadInput(f"evidence.patterns: must be a list of at most {v * v * (1 << (n - 1))} entries")
-    out, work = {}, 0
+    out, work, hints = {}, 0, []
     for j, entry in enumerate(entries):
         where = f"evidence.patterns[{j}]"
         if not isinstance(entry, list) or (len(entry), entry[3:4]) not in ((4, ["d"]), (5, ["e"])):
@@ -121,10 +121,12 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
         if (m, q, len(P)) in mixed or (m, q, P) in out:
             raise BadInput(f"{where}: {case_name(m, q, len(P))} is split twice")
         work += m ** len(P)
-        out[(m, q, P)] = (entry[3], parse_unclaimed(entry[4], where + ".unclaimed", m, len(P), v)
-                          if entry[3] == "e" else None)
+        out[(m, q, P)] = (entry[3], None)
+        hints += [(entry[4], where + ".unclaimed", m, len(P), (m, q, P))] if entry[3] == "e" else []
     if work > MAX_PATTERN_WORK:
         raise BadInput(f"evidence.patterns: {show(work)} inputs in the pattern groups exceed {MAX_PATTERN_WORK}")
+    for (*_, key), fillings in zip(hints, parse_unclaimed(hints, v)):
+        out[key] = ("e", fillings)
     return out
 
 
@@ -132,20 +134,26 @@ NIBBLE = np.full(256, 16, dtype=np.int64)      # a lowercase hex digit's value; 
 NIBBLE[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16)
 
 
-def parse_unclaimed(text, where: str, m: int, k: int, v: int) -> np.ndarray:
-    """A rule "e" entry's unclaimed fillings as an (N, k) array of tokens below m: a lowercase hex string of
-    N * k tokens, each written with as many digits as d_vocab - 1 needs (2 for d_vocab 64), position by
-    position ("" for none; at most m^k fillings)."""
+def parse_unclaimed(hints, v: int) -> list:
+    """Rule "e" entries' unclaimed fillings, hints [(text, where, m, k, ...), ...], as (N, k) arrays of tokens
+    below m: each text a lowercase hex string of N * k tokens, each written with as many digits as
+    d_vocab - 1 needs (2 for d_vocab 64), position by position ("" for none; at most m^k fillings). All
+    texts are read in one pass."""
     w = len(format(v - 1, "x"))
-    if not isinstance(text, str) or len(text) % max(w * k, 1) or len(text) > w * k * m ** k:
-        raise BadInput(f"{where}: must be a hex string of fillings, {k} tokens of {w} digits each")
-    digits = NIBBLE[np.frombuffer(text.encode(), np.uint8)].reshape(-1, w) if text.isascii() else np.array([16])
+    for text, where, m, k, *_ in hints:
+        if not isinstance(text, str) or len(text) % max(w * k, 1) or len(text) > w * k * m ** k:
+            raise BadInput(f"{where}: must be a hex string of fillings, {k} tokens of {w} digits each")
+    digit = lambda text: NIBBLE[np.frombuffer(text.encode(), np.uint8)]    # non-ASCII: bytes >= 128, all 16
+    digits = digit("".join(h[0] for h in hints))
     if np.any(digits == 16):
-        raise BadInput(f"{where}: must be a lowercase hex string")
-    tokens = digits @ (16 ** np.arange(w - 1, -1, -1))
-    if np.any(tokens >= m):
+        raise BadInput(f"{next(h[1] for h in hints if np.any(digit(h[0]) == 16))}: must be a lowercase hex string")
+    tokens, counts = digits.reshape(-1, w) @ (16 ** np.arange(w - 1, -1, -1)), [len(h[0]) // w for h in hints]
+    ends = np.cumsum(counts, dtype=np.int64)
+    above = np.nonzero(tokens >= np.repeat(np.array([h[2] for h in hints], dtype=np.int64), counts))[0]
+    if len(above):
+        _, where, m, *_ = hints[int(np.searchsorted(ends, above[0], side="right"))]
         raise BadInput(f"{where}: a token is not below the group's max token m = {m}")
-    return tokens.reshape(len(tokens) // k if k else 0, k)
+    return [t.reshape(len(t) // h[3] if h[3] else 0, h[3]) for t, h in zip(np.split(tokens, ends[:-1]), hints)]
 
 
 # ------------------------------------------------------------------------------------------ mixed cases
@@ -342,9 +350,9 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
     free = [np.arange(m)] * len(P)
-    counted, weight, failing = separable(betas, free, theta, dist, P)
+    counted, weight, failing = separable(betas, free, theta, dist, P, rule == "e")
     if K:
-        k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P)
+        k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P, False)
         counted, weight = counted - k_counted, weight - k_weight
     if rule != "e":
         return weight * fixed_w, counted, None
@@ -423,24 +431,25 @@ def grid_proved(query, q: int, P, ms, top: int):
     n = rows.E.shape[0]
     F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
     proved = np.zeros((len(ms),) + (top,) * len(P), dtype=bool)
-    for j, p in enumerate(P):
-        A = align(rows.Hh[p][None, :top] - rows.Hl[p][:top, ms].T[:, :, None],
-                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], True) + F[:, None, :]
-        A[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).min          # x != m
-        proved |= A.max(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) + sum(
+    for j, p in enumerate(P):        # negated, -B = ceil((H[x] - H[m]) 2^-s) + F: no negation of the big array
+        B = align(rows.Hl[p][:top, ms].T[:, :, None] - rows.Hh[p][None, :top],
+                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], False) - F[:, None, :]
+        B[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).max          # x != m
+        proved |= B.min(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) > sum(
             (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
-            np.int64(0)) < 0
+            np.int64(0))
     return proved
 
 
 def unproved_inputs(rows, rest, ms, fixed, q: int, P) -> list:
     """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
-    n, idx = rows.E.shape[0], np.nonzero(rest)
+    n, idx = rows.E.shape[0], np.nonzero(rest)                   # idx[0] ascending: one run per group
     tok = np.repeat(ms[idx[0]][:, None], n, axis=1)
     tok[:, n - 1] = q
     for j, p in enumerate(P):
         tok[:, p] = idx[j + 1]
-    return [(tok[idx[0] == k], P, fixed[k]) for k in np.unique(idx[0])]
+    groups, starts = np.unique(idx[0], return_index=True)
+    return [(t, P, fixed[g]) for g, t in zip(groups.tolist(), np.split(tok, starts[1:]))]
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:
@@ -481,11 +490,11 @@ def rows_weight(dist, tok, P) -> int:
     return len(tok) if dist.unit else sum(math.prod(dist.a[i][row[i]] for i in P) for row in tok.tolist())
 
 
-def separable(betas, tokens, theta: int, dist, P) -> tuple:
+def separable(betas, tokens, theta: int, dist, P, failing: bool = True) -> tuple:
     """For the fillings t of the free positions P (position P[j] ranging over tokens[j], with bounds
     betas[j]): (how many have sum_j betas[j][t_j] < theta, their summed weight numerators (the free
-    positions' only), the fillings that do not, as token rows). All but the last position are enumerated;
-    the last is sorted and searched."""
+    positions' only), the fillings that do not, as token rows, when `failing`, else None). All but the last
+    position are enumerated; the last is sorted and searched."""
     if not P:
         return (1, 1, np.zeros((0, 0), dtype=np.int64)) if 0 < theta else (0, 0, np.zeros((1, 0), dtype=np.int64))
     if any(len(t) == 0 for t in tokens):
@@ -506,6 +515,8 @@ def separable(betas, tokens, theta: int, dist, P) -> tuple:
         for aj, i in zip(a[:-1], idx):
             pre = pre * aj[i]
         weight = int(sum(pre * cum[k]))
+    if not failing:
+        return counted, weight, None
     rest = len(last) - k
     part = np.repeat(np.arange(len(partial)), rest)
     pos = np.arange(int(rest.sum())) - np.repeat(np.cumsum(rest) - rest, rest) + k[part]
