@@ -55,7 +55,6 @@ def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None)
     per-max-token value bounds (a dict, filled here)."""
     n = tables["n"]
     scale = Fraction(1, 1 << (tables["e_shift"] + tables["pw_shift"] + SHIFT))
-    count = weight = 0
     values, sums = {} if values is None else values, {}
     with ob.step(f"accuracy {method}: claimed cases") as fig:
         proved = screened(tables, cases)
@@ -63,10 +62,10 @@ def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None)
             if (m, q, c) not in proved:
                 values[m] = values[m] if m in values else value_bounds(tables, m)
                 sums[q] = sums[q] if q in sums else position_sums(tables, q)
-            if (m, q, c) not in proved:
                 require_case(tables, values[m], sums[q], (m, q, c), ks, scale)
-            count += case_inputs(n, c, len(ks))
-            weight += dist.case(m, q, [(ks, c)] if c else [])
+        count = sum(case_inputs(n, c, len(ks)) for (_, _, c), ks in cases.items())
+        weight = count if dist.unit and not dist.m0 else \
+            sum(dist.case(m, q, [(ks, c)] if c else []) for (m, q, c), ks in cases.items())    # counting: = count
         fig["cases confirmed"] = len(cases)
         fig["cases confirmed in int64"] = len(proved)
         fig["inputs covered"] = count

@@ -169,8 +169,10 @@ def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
             for S, b in entries:
                 if ((m, q, c), tuple(S), b) not in proved:
                     require_mixed(tables, values, (m, q, c), K, S, b)
-                weight += dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
-                count += math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
+                covered = math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
+                count += covered            # counting: the weight is the number of inputs covered
+                weight += covered if dist.unit and not dist.m0 else \
+                    dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
         fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
         fig["mixed entries confirmed in int64"] = len(proved)
         fig["inputs covered by mixed entries"] = count
