@@ -214,6 +214,9 @@ def test_unclaimed_hint_parses_to_its_fillings():
             one(text, 63, k, 64)
     with pytest.raises(BadInput, match="^c: a token is not below the group's max token m = 4"):
         refine.parse_unclaimed([("0102", "a", 5, 2), ("", "b", 9, 1), ("0304", "c", 4, 1)], 64)
+    many = [("00" * 4096, f"h{j}", 64, 2) for j in range(refine.MAX_UNCLAIMED_DIGITS // 8192 + 1)]
+    with pytest.raises(BadInput, match="unclaimed hints exceed"):
+        refine.parse_unclaimed(many, 65)
     with pytest.raises(BadInput, match="^b: must be a lowercase"):
         refine.parse_unclaimed([("0102", "a", 5, 2), ("0G", "b", 9, 1), ("0304", "c", 4, 1)], 64)
 

@@ -47,6 +47,7 @@ from tcert.checker.numbers import parse_int, show
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
 GRID_ELEMENTS = 1 << 22       # rule "e" grids (`coupled_groups`): elements per chunk of groups
+MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
 def certified(B, model, evidence, dist, ob) -> tuple:
@@ -130,7 +131,7 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
     return out
 
 
-NIBBLE = np.full(256, 16, dtype=np.int64)      # a lowercase hex digit's value; 16 marks any other byte
+NIBBLE = np.full(256, 16, dtype=np.uint8)      # a lowercase hex digit's value; 16 marks any other byte
 NIBBLE[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16)
 
 
@@ -143,11 +144,14 @@ def parse_unclaimed(hints, v: int) -> list:
     for text, where, m, k, *_ in hints:
         if not isinstance(text, str) or len(text) % max(w * k, 1) or len(text) > w * k * m ** k:
             raise BadInput(f"{where}: must be a hex string of fillings, {k} tokens of {w} digits each")
+    if sum(len(h[0]) for h in hints) > MAX_UNCLAIMED_DIGITS:
+        raise BadInput(f"evidence.patterns: the unclaimed hints exceed {MAX_UNCLAIMED_DIGITS} hex digits")
     digit = lambda text: NIBBLE[np.frombuffer(text.encode(), np.uint8)]    # non-ASCII: bytes >= 128, all 16
     digits = digit("".join(h[0] for h in hints))
     if np.any(digits == 16):
         raise BadInput(f"{next(h[1] for h in hints if np.any(digit(h[0]) == 16))}: must be a lowercase hex string")
-    tokens, counts = digits.reshape(-1, w) @ (16 ** np.arange(w - 1, -1, -1)), [len(h[0]) // w for h in hints]
+    tokens = digits.reshape(-1, w).astype(np.int64) @ (16 ** np.arange(w - 1, -1, -1))
+    counts = [len(h[0]) // w for h in hints]
     ends = np.cumsum(counts, dtype=np.int64)
     above = np.nonzero(tokens >= np.repeat(np.array([h[2] for h in hints], dtype=np.int64), counts))[0]
     if len(above):
