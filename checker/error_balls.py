@@ -129,6 +129,15 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
+def trimmed_centre(split):
+    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`):
+    each radius an upper bound of the row's distance from the cut centre; None for None."""
+    if split is None:
+        return None
+    parts, pairs = exact_rounding.trimmed(*split)
+    return parts, [sqrt_up(a) + sqrt_up(b) for a, b in pairs]
+
+
 def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
     blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
@@ -137,11 +146,11 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = exact_backend.affine_centres(X.centre, Wb, B)
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B))
     if out is None:
         return None
-    (c1, c2), sq = out
-    radius, dh = [sqrt_up(s) for s in sq], c1.shape[1] // len(norms)
+    (c1, c2), radius = out
+    dh = c1.shape[1] // len(norms)
     heads = []
     for h, n in enumerate(norms):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
@@ -223,10 +232,10 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = exact_backend.affine_centres(X.centre, centring, B, bias=False)
+        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False))
         if out is None:
             return None
-        v, rho = out[0], [sqrt_up(r) for r in out[1]]
+        v, rho = out
     sq = exact_products.row_sums(exact_products.entrywise([v, v]))
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
@@ -234,7 +243,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if ball is None:
         return None
     iota, delta = ball
-    t = exact_rounding.split_centre(exact_products.entrywise([v, iota], [] if w is None else [(w,)]))
+    t = trimmed_centre(exact_rounding.split_centre(exact_products.entrywise([v, iota], [] if w is None else [(w,)])))
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -243,7 +252,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         e1, norm = e + r / k, sqrt_up(s)
         gap = max(sqrt_down(s) / k - e1, Fraction(0))
         lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
-        errs.append(up(lip + w_max * norm * Fraction(dl) + sqrt_up(rd)))
+        errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
     parts = (t1, t2) if b is None else (t1, t2, np.broadcast_to(b, (m, d)))
     return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
 
@@ -294,12 +303,13 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
     if c is None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
-    out = exact_rounding.split_centre(exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])]))
+    out = trimmed_centre(exact_rounding.split_centre(
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])))
     if out is None:
         return None
     parts, rounding = out
     norms = exact_products.row_sums(exact_products.entrywise([c, c]))
-    eps = [up(e + dl * sqrt_up(n) + sqrt_up(r)) for e, dl, n, r in zip(X.eps, rot.delta, norms, rounding)]
+    eps = [up(e + dl * sqrt_up(n) + r) for e, dl, n, r in zip(X.eps, rot.delta, norms, rounding)]
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
 
 

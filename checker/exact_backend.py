@@ -146,6 +146,11 @@ def _times_point(x, w, transposed: bool, bits: int, backend):
             mid, rad = tuple(p.T for p in mid), rad.T
         mag = [sum_cut(w, bits, transposed, True)] if rad.any() else None      # no radius: no |w| product
         out = balls_times_points(mid, rad, [sum_cut(w, bits, transposed)], mag)
+    elif multi_point(x) is not None:     # a point of several parts (the forward pass's centres): W cut whole
+        parts = tuple(p.T for p in x.ends[0]) if transposed else x.ends[0]
+        if not all(np.isfinite(p).all() for p in parts):
+            return None
+        out = parts_times_point(parts, sum_cut(w, bits, transposed))
     else:
         ends = _interval(x, backend._native_ends)
         if ends is None:

@@ -361,11 +361,12 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     """The exact sum of entrywise products [(rows, cols)] (as `entrywise`; every product has the same
     number of row and of column factors, and factor i of every product is cut on one scale per line,
     the largest). Every digit product is an integer of magnitude < 2^(K bits) <= 2^53 for K factors
-    (bits = floor(52 / K) by default), computed in float64 (exact: an integer below 2^53) and summed per
-    offset in int64, the sum of the products' bounds tracked below 2^62."""
+    (bits = floor(48 / K) by default), computed in float64 (exact: an integer below 2^53) and summed per
+    offset in float64 while the sum of their bounds is <= 2^53 (every partial sum an integer below 2^53),
+    then in int64 with the bound tracked below 2^62."""
     n_rows, n_cols = len(products[0][0]), len(products[0][1])
     k = n_rows + n_cols
-    bits = bits or 52 // k
+    bits = bits or 48 // k
     _require(k * bits <= 53 and all(len(r) == n_rows and len(c) == n_cols for r, c in products),
              f"{k} factors of {bits}-bit digits could round")
     shape = np.broadcast_shapes(*(f[0].shape for r, c in products for f in tuple(r) + tuple(c)))
@@ -380,7 +381,11 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
                 prod, peak = prod * d, peak * int(np.abs(d).max())
             bound[off] = bound.get(off, 0) + peak
             _require(bound[off] < ACC_LIMIT, "an int64 accumulator could overflow")
-            groups[off] = groups.get(off, 0) + np.broadcast_to(prod, shape).astype(np.int64)
+            if off not in groups:
+                groups[off] = np.zeros(shape)
+            if groups[off].dtype == np.float64 and bound[off] > SAFE:
+                groups[off] = groups[off].astype(np.int64)
+            groups[off] += prod if groups[off].dtype == np.float64 else prod.astype(np.int64)
     row_scale = np.broadcast_to(sum(tops[:n_rows], np.zeros(1, np.int64)), (shape[0],)).copy()
     col_scale = np.broadcast_to(sum(tops[n_rows:], np.zeros(1, np.int64)), (shape[1],)).copy()
     return Exact(tuple((o, groups[o], bound[o], 1) for o in sorted(groups)), row_scale, col_scale, bits)

@@ -424,6 +424,23 @@ def to_mpf_rows(bounds) -> list:
     return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]
 
 
+TRIM_BITS = 24     # a centre's second part keeps this many significant bits (`trimmed`)
+
+
+def trimmed(parts, sq):
+    """(p1, p2') and sq': the two-part centre with p2 cut to TRIM_BITS significant bits (fewer digits for
+    every later product), each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) max |p2 - p2'|)^2
+    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots). The cut is
+    exact: frexp, a scaling by 2^TRIM_BITS, trunc and the scaling back, where p2's exponent is above -1000
+    (below it p2 is kept: nothing is dropped); p2 - p2' is p2's dropped low bits, a float, so exact."""
+    p1, p2 = parts
+    frac, e = np.frexp(p2)
+    keep = np.where(e > -1000, np.ldexp(np.trunc(np.ldexp(frac, TRIM_BITS)), e - TRIM_BITS), p2)
+    drop = np.abs(p2 - keep).max(axis=1, initial=0.0).tolist()
+    n = p2.shape[1]
+    return (p1, keep), [(s, n * Fraction(d) ** 2) for s, d in zip(sq, drop)]
+
+
 # --- a point result as a two-part centre and its rounding radius (the forward pass's way out) ----------
 
 def split_centre(x: Exact):
