@@ -24,7 +24,7 @@ import numpy as np
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_products import (Exact, ExactInterval, Slices, _line_top, _require, bits_for, cut_cols, cut_rows, exact_matrix,
                                           point_product)
-from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
+from tcert.checker.exact_rounding import _end_float, _parts, float_bounds, split_bounds, split_centre
 
 
 def point_ends(a):
@@ -369,3 +369,135 @@ def column_bounds(ends, groups: int) -> list:
     """Per row block of ends (lo, hi), per column: (exact Fraction <= every entry, one >= every entry),
     as IMat.col_bounds returns them; Rejected when an end is not finite."""
     return [(fractions(lo), fractions(hi)) for lo, hi in column_extremes(ends, groups)]
+
+
+SQUARE_RANGE = 400    # pieces' products stay exact while every nonzero magnitude is within 2^-400 .. 2^400
+
+
+def outer_floats(ends):
+    """(L, U): float64 arrays with L <= lo and hi <= U for ends (lo, hi) of one part each, or two in
+    split_bounds' form: there lo2 >= 0 makes lo1 <= lo and hi2 <= 0 makes hi1 >= hi (both checked)."""
+    lo, hi = _parts(ends[0]), _parts(ends[1])
+    _require(len(lo) <= 2 and len(hi) <= 2, "ends of more than two parts")
+    _require((len(lo) < 2 or (lo[1] >= 0).all()) and (len(hi) < 2 or (hi[1] <= 0).all()),
+             "two-part ends not in split_bounds' form")
+    return lo[0], hi[0]
+
+
+def dyadic_float(x: Fraction, up: bool) -> float:
+    """The nearest float64 <= x (up: >= x) for a dyadic rational x (an interval end), exactly
+    (`exact_rounding._end_float`)."""
+    den = x.denominator
+    _require(den & (den - 1) == 0, "an interval end that is not dyadic")
+    return _end_float(x.numerator, -(den.bit_length() - 1), up)
+
+
+def _pieces(x):
+    """x (float64, every nonzero |x| within 2^-400 .. 2^400) as three float64 arrays of <= 18 significant
+    bits summing to x exactly: x = k 2^(e-53) with k = ldexp(frexp(x), 53) an integer below 2^53, cut as
+    k1 2^35 + k2 2^17 + k3 by trunc and subtraction of integers below 2^53 (exact), each piece scaled back
+    by a power of two (exact: its lowest bit stays >= 2^-453). The product of two pieces then has <= 36 bits
+    and lies within 2^-906 .. 2^800: an exact float64 product."""
+    frac, e = np.frexp(x)
+    k = np.ldexp(frac, 53)
+    k1 = np.trunc(np.ldexp(k, -35))
+    rest = k - np.ldexp(k1, 35)
+    k2 = np.trunc(np.ldexp(rest, -17))
+    return np.ldexp(k1, e - 18), np.ldexp(k2, e - 36), np.ldexp(rest - np.ldexp(k2, 17), e - 53)
+
+
+def _in_range(*arrays) -> bool:
+    """Whether every entry is finite and every nonzero magnitude within 2^-400 .. 2^400 (`_pieces`)."""
+    for a in arrays:
+        m = np.abs(a)
+        if not np.isfinite(a).all() or (m >= 2.0 ** SQUARE_RANGE).any() or ((m > 0) & (m < 2.0 ** -SQUARE_RANGE)).any():
+            return False
+    return True
+
+
+def _sums(terms, up: bool):
+    """float64 bounds (down, or up) of the exact sums sum_t terms[t] (equal-shape float64 arrays), by the
+    exact product of the entries' terms with a column of ones, rounded outward once (`float_bounds`)."""
+    shape, flat = terms[0].shape, np.stack([t.ravel() for t in terms], axis=1)
+    bits = bits_for(flat.shape[1])
+    total = point_product(cut_rows(flat, bits), cut_cols(np.ones((flat.shape[1], 1)), bits))
+    return float_bounds(total)[1 if up else 0].reshape(shape)
+
+
+def max_row_square(ends):
+    """An exact Fraction >= max_r sum_j v_rj^2 over every matrix v within the ends (lo, hi); None when an
+    entry is not finite or reaches 2^400. T = max(U, -L) >= |v| entrywise (`outer_floats`), raised to at
+    least 2^-400 and rounded up to 52 significant bits (`_ceil_bits`, exact), is h + l with h its top 26
+    bits and l the other 26 (frexp, ldexp by powers of two and floor are exact, and T - h is a float, so
+    the subtraction is exact); T^2 = h^2 + 2 h l + l^2, each term an integer below 2^53 times a power of
+    two >= 2^-904: exact float64 products. Each row's 3 n terms are summed by the exact product with a
+    column of ones and rounded up once (two parts, `split_bounds`, where they fit)."""
+    L, U = outer_floats(ends)
+    T = np.maximum(np.maximum(U, -L), 2.0 ** -SQUARE_RANGE)
+    if not _in_range(T):
+        return None
+    T = _ceil_bits(T, 52)
+    frac, e = np.frexp(T)
+    h = np.ldexp(np.floor(np.ldexp(frac, 26)), e - 26)
+    low = T - h
+    terms = np.concatenate([h * h, 2 * h * low, low * low], axis=1)
+    bits = bits_for(terms.shape[1])
+    total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
+    ends = split_bounds(total)
+    if ends is None:
+        return Fraction(float(float_bounds(total)[1].max()))
+    return fractions(column_extremes(ends, 1)[0][1])[0]
+
+
+def widths(ends):
+    """float64 E >= hi - lo entrywise for one- or two-part ends (`outer_floats`), by exact sums (`_sums`)."""
+    L, U = outer_floats(ends)
+    return _sums([U, -L], True)
+
+
+def scaled_rows_bounds(s_lo, s_hi, ends, shift):
+    """float64 (lo, hi) with lo <= s_r v_rj + c_j <= hi for every s_r in [s_lo[r], s_hi[r]] (0 < s_lo), v
+    within `ends` and c within `shift` (1 x n ends); None outside `_in_range`. With (L, U) the outer floats of
+    v: s v >= s' L for s' = s_lo where L >= 0, else s_hi (and s v <= s'' U likewise), since s > 0. The product
+    s' L is the exact sum of six products: s' as three `_pieces` of <= 18 bits, L as its top 27 bits and the
+    rest (<= 26 bits; as in `max_row_square`), each product <= 45 bits within 2^-906 .. 2^800; these and c's
+    parts are summed exactly and rounded outward once (`_sums`)."""
+    (L, U), (cl, cu) = outer_floats(ends), shift
+    down = np.where(L >= 0, s_lo[:, None], s_hi[:, None])
+    up = np.where(U >= 0, s_hi[:, None], s_lo[:, None])
+    if not _in_range(L, U, down, up):
+        return None
+    out = []
+    for s, v, c, side in ((down, L, cl, False), (up, U, cu, True)):
+        frac, e = np.frexp(v)
+        top = np.ldexp(np.trunc(np.ldexp(frac, 27)), e - 27)
+        terms = [a * b for a in _pieces(s) for b in (top, v - top)]
+        out.append(_sums(terms + [np.broadcast_to(part, v.shape) for part in _parts(c)], side))
+    return tuple(out)
+
+
+def point_bounds(a, w):
+    """((lo,), (hi,)): float64 ends of the exact product a @ w of two float64 arrays of exact values,
+    rounded outward once to one part each (`float_bounds`: the fast way out, within about 2^-52 of each
+    row's scale)."""
+    bits = bits_for(a.shape[1])
+    lo, hi = float_bounds(point_product(cut_rows(np.ascontiguousarray(a), bits), cut_cols(w, bits)))
+    return (lo,), (hi,)
+
+
+def max_quadratic(y, ends):
+    """An exact Fraction >= max_r y_r Q y_r^T for a float64 matrix y of exact values and P = y Q within
+    `ends` (one or two parts per end; `outer_floats`); None outside `_in_range`. Per entry y_rj P_rj <=
+    y_rj U_rj where y_rj >= 0, else y_rj L_rj; each such product is the exact sum of six piece products
+    (y as three `_pieces`, the other factor as its top 27 bits and the rest, as in `scaled_rows_bounds`),
+    and each row's terms are summed by the exact product with a column of ones, rounded up once."""
+    L, U = outer_floats(ends)
+    v = np.where(y >= 0, U, L)
+    if not _in_range(y, v):
+        return None
+    frac, e = np.frexp(v)
+    top = np.ldexp(np.trunc(np.ldexp(frac, 27)), e - 27)
+    terms = np.concatenate([a * b for a in _pieces(y) for b in (top, v - top)], axis=1)
+    bits = bits_for(terms.shape[1])
+    total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
+    return Fraction(float(float_bounds(total)[1].max()))
