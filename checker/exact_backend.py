@@ -267,3 +267,48 @@ def column_bounds(ends, groups: int) -> list:
     """Per row block of ends (lo, hi), per column: (exact Fraction <= every entry, one >= every entry),
     as IMat.col_bounds returns them; Rejected when an end is not finite."""
     return [(fractions(lo), fractions(hi)) for lo, hi in column_extremes(ends, groups)]
+
+
+def _low_difference(a, c):
+    """A float64 <= a - c exactly, entrywise (a, c float64 arrays): TwoSum (Knuth) gives s + e = a - c
+    exactly in round-to-nearest when nothing overflows (checked), so s is a lower bound when e >= 0 and the
+    float below s is one when e < 0 (s is a - c rounded to nearest: a - c lies above that float)."""
+    s = a - c
+    back = s - a
+    e = (a - (s - back)) + (-c - back)
+    _require(np.isfinite(s).all() and np.isfinite(e).all(), "a column difference left the float range")
+    return np.where(e < 0, np.nextafter(s, -np.inf), s)
+
+
+def difference_minima(x, w, k: int, backend, rows: int = 512) -> list:
+    """Per column b of x @ w (x an IMat, w a point IMat): an exact Fraction <= min_r ((x w)[r, k] - (x w)[r, b]).
+    In blocks of `rows` rows, each block's product is exact (`ball_times_point` / `interval_times_point`) and
+    rounded outward once (`split_bounds`, else `float_bounds`); an entry of column k is then >= its lower
+    end's floor part and one of column b <= its upper end's (both one part, or two in split form: lo2 >= 0,
+    hi2 <= 0), so the floor of column k minus the ceiling of column b bounds the difference below
+    (`_low_difference`); the minimum over rows and blocks is exact. Rejected when an entry is not finite."""
+    if not is_point(w):
+        raise Rejected("finite enclosure", "the unembedding is not a finite point matrix")
+    bits, m = bits_for(x.shape[1]), x.shape[0]
+    ball = backend._native_ball(x.data) if x.ends is None else None
+    ends = None if ball is not None else _interval(x, backend._native_ends)
+    if ball is None and ends is None:
+        raise Rejected("finite enclosure", "a matrix entry is not finite")
+    best = None
+    for start in range(0, m, rows):
+        cut = slice(start, start + rows)
+        if ball is not None:
+            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], sum_cut(w, bits),
+                                     sum_cut(w, bits, magnitude=True))
+        else:
+            lo = tuple(p[cut] for p in ends[0])
+            exact = interval_times_point(lo, lo if ends[1] is ends[0] else tuple(p[cut] for p in ends[1]),
+                                         *_cuts(w, False, bits))
+        if exact is None:
+            raise Rejected("finite enclosure", "a matrix entry is not finite")
+        out = split_bounds(exact) or tuple((e,) for e in float_bounds(exact))
+        low, high = out
+        _require(len(low) == 1 or ((low[1] >= 0).all() and (high[1] <= 0).all()), "ends not in split form")
+        low_k = _low_difference(low[0][:, k:k + 1], high[0]).min(axis=0)
+        best = low_k if best is None else np.minimum(best, low_k)
+    return [Fraction(v) for v in best.tolist()]

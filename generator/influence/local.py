@@ -26,7 +26,7 @@ def fits_one(B, model, base, gs, k):
     return all(g > 0 for g in exact_gaps(B, model, base, k, changes)), changes
 
 
-def fits(B, base, gs, k, G, R):
+def fits(B, model, base, gs, k, G, R):
     """(holds, competitors) for R >= 2: exactly what the checker computes, listing every competitor whose gap
     the coarse rule G lip_f D cannot keep positive (None when there are more than MAX_COMPETITORS)."""
     move = G * movement(base, R)
@@ -35,7 +35,7 @@ def fits(B, base, gs, k, G, R):
         return False, None
     if not cands:
         return True, []
-    w, unorms = projections(B, base, k, cands)
+    w, unorms = projections(B, model, base, k, cands)
     deltas = multi_floors(B, base, w, unorms, R)
     return all(gap_floor(B, base, gs[b], d, R) > 0 for b, d in zip(cands, deltas)), cands
 
@@ -60,7 +60,7 @@ def local_certificate(model, tokens, substitutions: int | None = None, backend: 
     def attempt(R):
         if R == 1:
             return one, []
-        return fits(B, base, gs, k, G, R) if 2 <= R <= n - 1 else (R == 0, [])
+        return fits(B, model, base, gs, k, G, R) if 2 <= R <= n - 1 else (R == 0, [])
     if substitutions is None:
         R, competitors = 0, []
         while R < n - 1:

@@ -17,10 +17,13 @@ of x, so nothing else moves.
 
 from fractions import Fraction
 
+import numpy as np
+
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
+from tcert.checker.exact_backend import difference_minima
 from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
-from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists, vector_norm
+from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
@@ -156,16 +159,52 @@ def gaps(B, model, parts, k) -> list:
     return [(A[k] - A[b], c[k] - c[b]) for b in range(V)]
 
 
-def projections(B, parts, k, cands) -> list:
-    """Per head, w[t][i] = u_i . (v_t - o) for every token t, u_i = M[:, k] - M[:, cands[i]] (the head's value
-    of t minus its actual output, read along the competitor's gap direction), and upper bounds of ||u_i||."""
-    cols = parts["unembed"].T.rows()
-    U = B.matrix([[a - b for a, b in zip(cols[k], cols[c])] for c in cands]).T
+def projections(B, model, parts, k, cands) -> tuple:
+    """Per head, for each competitor cands[i] with w[t] = u_i . (v_t - o), u_i = M[:, k] - M[:, cands[i]] (a value
+    minus the head's actual output, read along the competitor's gap direction): low(min_t w[t]) over every token
+    (`exact_backend.difference_minima`: the V values times W_U, through P diag(w_final) first with a final LN, so
+    u . v = (v M)[k] - (v M)[b]), and the ends of w[x_j] at x's own tokens (every position). Also up(||u_i||)."""
+    t, n, V = model.tensors, parts["n"], model.config.d_vocab
+    W_U, M = B.array(t["unembed.W_U"]), parts["unembed"]
+    fold = centred_scaled(B, t["ln_final.w"], np.eye(model.config.d_model)) if model.config.final_ln else None
+    pick = B.array(np.eye(V)[parts["tokens"]])      # one-hot rows: x's own values as an n x V by V x d product
     out = []
     for v in parts["views"]:
-        ou = (B.matrix([v["o"]]) @ U).rows()[0]
-        out.append([[p - q for p, q in zip(row, ou)] for row in (v["vals"] @ U).rows()])
-    return out, [vector_norm(B, B.matrix([row])) for row in U.T.rows()]
+        ou = (B.matrix([v["o"]]) @ M).rows()[0]
+        uo = [ou[k] - ou[c] for c in cands]
+        reader = v["vals"] if fold is None else v["vals"] @ fold
+        lows = difference_minima(reader, W_U, k, B)
+        at = [[(B.lower(row[k] - row[c] - d), B.upper(row[k] - row[c] - d)) for c, d in zip(cands, uo)]
+              for row in (pick @ v["vals"] @ M).rows()]
+        out.append(([lows[c] - B.upper(d) for c, d in zip(cands, uo)], at))
+    norms = row_dists(B, M.T, M.T.rows()[k])
+    return out, [norms[c] for c in cands]
+
+
+def multi_floors(B, parts, w, unorms, R) -> list:
+    """Per competitor i: a lower bound of u_i . (y' - y) over any R >= 2 substitutions, per head the largest of:
+    (a) the identity u . (o' - o) = lam s' + (1 - lam) q, lam = U' / (Z_out + U') <= lam_S = T' / (rest + T'), s' an
+    E'-average of w at the new tokens (>= m = min_t w[t]), q = u . (o_out - o) = -sum_S e_j w[x_j] / Z_out, both >=
+    m_x = min_i w[x_i] (o_out averages x's unchanged values) and >= -P / rest (P the R largest up(e_j) w[x_j]^+);
+    linear in lam, so >= min(q_S, lam_S m + (1 - lam_S) q_S) with q_S = max(m_x, -P / rest): the head saturates;
+    (b) -(the R largest d_j) / rest with d_j = up(e_j) w[x_j]^+ + up(E_j) max(-m, 0); (c) -||u_i|| times the
+    head's move (`head_moves`)."""
+    moves, n = head_moves(parts, R), parts["n"]
+    floors = [Fraction(0)] * len(unorms)
+    for (r, e_lo, e_hi, per), (mins, at), move in zip(parts["heads"], w, moves):
+        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
+        T = top([b for b, _ in per], R)
+        lam = T / (rest + T) if rest > 0 else Fraction(1)
+        for i, (m, norm) in enumerate(zip(mins, unorms)):
+            pos = [e_hi[j] * max(at[j][i][1], Fraction(0)) for j in range(n - 1)]
+            q = min(row[i][0] for row in at)
+            best = -move * norm
+            if rest > 0:
+                q = max(q, -top(pos, R) / rest)
+                neg = max(Fraction(0), -m)
+                best = max(best, -top([p + b * neg for p, (b, _) in zip(pos, per)], R) / rest)
+            floors[i] += max(best, min(q, lam * m + (1 - lam) * q))
+    return floors
 
 
 def safety_radius(B, parts, gs, k) -> Fraction:
@@ -188,43 +227,34 @@ def unscreened(parts, rho) -> list:
 
 def exact_gaps(B, model, parts, k, pairs) -> list:
     """For each single change (j, t): a lower bound of min_(b != k) l_k - l_b on the changed input, from
-    y' = y + sum_h (E_(j,t) (v_t - o) - e_j (v_(x_j) - o)) / (Z - e_j + E_(j,t)) (exact: only key j moves)."""
+    y' = y + sum_h (o'_h - o_h), o'_h = (sum_(i != j) e_i v_(x_i) + E_(j,t) v_t) / (sum_(i != j) e_i + E_(j,t)) (exact:
+    only key j moves; the sums without key j are formed directly, not as Z - e_j, which loses its relative
+    accuracy when key j dominates, and o' directly, not as o plus the identity's ratio)."""
     cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
+    if not pairs:
+        return []
     vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
+    rests = [[B.fsum(e for i, e in enumerate(v["e"]) if i != j) for j in range(len(x))] for v in views]
+    sums = [[[B.fsum(v["e"][i] * vr[x[i]][c] for i in range(len(x)) if i != j) for c in range(cfg.d_model)]
+             for j in range(len(x) - 1)] for v, vr in zip(views, vals)]
     if cfg.final_ln:
         w = B.array(tensors["ln_final.w"]).rows()[0]
         bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
     rows = []
     for j, t in pairs:
         y2 = list(parts["y"])
-        for v, vr, kr in zip(views, vals, keys):
+        for v, vr, kr, rest, S in zip(views, vals, keys, rests, sums):
             E = B.exp(B.dot(v["qs"][j], kr[t]) / v["div"] - v["shift"])
-            den = v["Z"] - v["e"][j] + E
-            y2 = [y + (E * (a - o) - v["e"][j] * (c - o)) / den for y, a, c, o in zip(y2, vr[t], vr[x[j]], v["o"])]
+            y2 = [y + (s + E * a) / (rest[j] + E) - o for y, s, a, o in zip(y2, S[j], vr[t], v["o"])]
         if cfg.final_ln:
             mean = B.fsum(y2) / cfg.d_model
             cen = [y - mean for y in y2]
             sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
             y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
         rows.append(y2)
-    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows() if rows else []
+    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows()
     bU = B.array(tensors["unembed.b_U"]).rows()[0] if "unembed.b_U" in tensors else [B.num(0)] * cfg.d_vocab
     return [min(B.lower(row[k] + bU[k] - l - c) for b, (l, c) in enumerate(zip(row, bU)) if b != k) for row in logits]
-
-
-def multi_floors(B, parts, w, unorms, R) -> list:
-    """Per competitor i: a lower bound of u_i . (y' - y) over any R >= 2 substitutions: per head, the numerator
-    sum_(j in S) E'_j w[t_j] - e_j w[x_j] >= -sum_(j in S) (e_j w[x_j]^+ + best_j w^-), over rest (as in
-    `head_moves`); never below -||u_i|| times the head's move."""
-    moves, n, tokens = head_moves(parts, R), parts["n"], parts["tokens"]
-    floors = [Fraction(0)] * len(unorms)
-    for (r, e_lo, e_hi, per), v, wh, move in zip(parts["heads"], parts["views"], w, moves):
-        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
-        for i, norm in enumerate(unorms):
-            neg = max(Fraction(0), max(-B.lower(row[i]) for row in wh))
-            d = [max(Fraction(0), B.upper(v["e"][j] * wh[tokens[j]][i])) + per[j][0] * neg for j in range(n - 1)]
-            floors[i] -= min(top(d, R) / rest, move * norm) if rest > 0 else move * norm
-    return floors
 
 
 def gap_floor(B, parts, gap, delta, R) -> Fraction:
@@ -295,7 +325,7 @@ def survives(B, model, ob, fig, needs, k, R, G, competitors, changes) -> Fractio
                                   f"{show(floor + move)}")
             worst = floor if worst is None else min(worst, floor)
     if competitors and R >= 2:
-        w, unorms = projections(B, needs, k, competitors)
+        w, unorms = projections(B, model, needs, k, competitors)
         deltas = multi_floors(B, needs, w, unorms, R)
         for b, delta in zip(competitors, deltas):
             floor = gap_floor(B, needs, gs[b], delta, R)
