@@ -112,7 +112,11 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # rows.query_view: the per-query (rows, Eq, Dal) brute and refine each built by hand (accuracy -1).
 # interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
 # reads the final LN's gain and bias once, not per listed change (influence +1).
-BUDGETS = {"kernel": 1938, "exact": 588, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 731}
+# The local claim's saturation rule for R >= 2: exact_backend.difference_minima / _low_difference, the column
+# minima of row-wise differences of x W_U for every competitor at once, TwoSum-exact (exact +32);
+# local.projections reads them and x's own values, multi_floors the saturated head, exact_gaps forms o' from the
+# sums without key j, cost.py the V x V product per head (influence +22).
+BUDGETS = {"kernel": 1938, "exact": 620, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 753}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
