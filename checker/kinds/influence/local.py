@@ -51,7 +51,8 @@ def head_view(B, model, tokens, h, X_all, div) -> dict:
     lo, hi = vals.col_bounds()
     r = max_row_dist(B, vals, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
     keys = X_all @ B.array(t[p + "W_K"][h]) + B.matrix([B.array(t[p + "b_K"][h]).rows()[0]] * X_all.shape[0])
-    q = (B.matrix([X_all.rows()[tokens[-1]]]) @ B.array(t[p + "W_Q"][h]) + B.array(t[p + "b_Q"][h])).rows()[0]
+    last = B.array(np.eye(X_all.shape[0])[[tokens[-1]]]) @ X_all    # the last token's row (a one-hot product)
+    q = (last @ B.array(t[p + "W_Q"][h]) + B.array(t[p + "b_Q"][h])).rows()[0]
     cfg, pairs = model.config, rotary_pairs(model.config)
     if pairs:   # q R_(n-1) . R_j k = (R_(-j) R_(n-1) q) . k: rotate the query, not the V keys
         ang = rotary_angles(B, cfg, [n - 1] + [-j for j in range(n)])
@@ -64,7 +65,8 @@ def head_view(B, model, tokens, h, X_all, div) -> dict:
     Z = B.fsum(e)
     o = [B.fsum(e[i] * val_rows[tokens[i]][c] for i in range(n)) / Z for c in range(len(val_rows[0]))]
     return {"r": r, "e_lo": [B.lower(x) for x in e], "e_hi": [B.upper(x) for x in e], "keys": keys, "qs": qs,
-            "shift": shift, "div": div, "dist": row_dists(B, vals, o), "e": e, "Z": Z, "vals": vals, "o": o}
+            "shift": shift, "div": div, "dist_fixed": [(x * (1 << SCALE)).__ceil__() for x in row_dists(B, vals, o)],
+            "e": e, "Z": Z, "vals": vals, "o": o}
 
 
 def exp_scores(B, v, j) -> list:
@@ -72,20 +74,28 @@ def exp_scores(B, v, j) -> list:
     return [B.exp(s / v["div"] - v["shift"]) for s in (B.matrix([v["qs"][j]]) @ v["keys"].T).rows()[0]]
 
 
+SCALE = 160   # position_bounds works in integers at 2^-SCALE, each rounded outward (floor of a low end, ceiling of a high one)
+
+
 def position_bounds(B, views, tokens, j, Es) -> tuple:
     """At non-final position j: (the single-change bound max_t sum_h min(old_h, (up(e_j) d_h[x_j] + up(E_t)
     d_h[t]) / (others_j + low(E_t))), per head (up of the best exp-score E, gamma_j = up(e_j) d_h[x_j] +
-    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max); E_t (Es: per head) the exp-score
-    token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
-    total, per_head = None, []
+    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max, as an integer at 2^-SCALE); E_t (Es:
+    per head) the exp-score token t would have at j, old_h = 2 r_h max(a_j, a'_j). Python integers (`fixed_ends`),
+    not one Fraction per token: each term is an outward-rounded integer at 2^-SCALE (numerators at 2^-2 SCALE, a
+    ratio's ceiling), so every result is >= the exact rational one."""
+    total, per_head, one = None, [], 1 << SCALE
     for v, E in zip(views, Es):
-        E_lo, E_hi, d = [B.lower(x) for x in E], [B.upper(x) for x in E], v["dist"]
-        others, own, best = sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j] * d[tokens[j]], max(E_hi)
-        old = 2 * v["r"] * max(v["e_hi"][j] / (others + v["e_hi"][j]), best / (others + best))
-        new = [min(old, (own + hi * dt) / (others + lo)) for lo, hi, dt in zip(E_lo, E_hi, d)]
+        (E_lo,), (E_hi,) = B.fixed_ends(B.matrix([E]), SCALE)
+        d, rest, e_j = v["dist_fixed"], sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j]
+        best = Fraction(max(E_hi), one)
+        old = (2 * v["r"] * max(e_j / (rest + e_j), best / (rest + best)) * one).__ceil__()
+        others, own = (rest * one).__floor__(), (e_j * one * d[tokens[j]]).__ceil__()   # own: at 2^-2 SCALE
+        new = [min(old, -(-(own + hi * dt) // (others + lo))) if others + lo > 0 else old
+               for lo, hi, dt in zip(E_lo, E_hi, d)]
         total = new if total is None else [a + b for a, b in zip(total, new)]
-        per_head.append((best, own + max(hi * dt for hi, dt in zip(E_hi, d))))
-    return max(total), per_head, total
+        per_head.append((best, Fraction(own + max(hi * dt for hi, dt in zip(E_hi, d)), one * one)))
+    return Fraction(max(total), one), per_head, total
 
 
 def local_parts(B, model, tokens) -> dict:
@@ -222,7 +232,8 @@ def safety_radius(B, parts, gs, k) -> Fraction:
 def unscreened(parts, rho) -> list:
     """The single changes (j, t) whose bound N_(j,t) the radius does not cover: lip_f(change) N_(j,t) >= rho."""
     lip = parts["lip_f"](parts["change"])
-    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if lip * N >= rho]
+    cut = rho / lip * (1 << SCALE) if lip > 0 else None     # lip N >= rho with N = N_int 2^-SCALE
+    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if cut is None or N >= cut]
 
 
 def exact_gaps(B, model, parts, k, pairs) -> list:
@@ -303,7 +314,7 @@ def survives_one(B, model, ob, fig, needs, k, gs, changes) -> Fraction:
     listed = {(j, t) for j, t in changes}
     for j, t in unscreened(needs, rho):
         ob.require((j, t) in listed, f"change (position {j}, token {t}) not listed: lip_f*N = "
-                                     f"{show(needs['lip_f'](needs['change']) * needs['pair_moves'][j][t])} is not < rho {show(rho)}")
+                                     f"{show(needs['lip_f'](needs['change']) * Fraction(needs['pair_moves'][j][t], 1 << SCALE))} is not < rho {show(rho)}")
     floors = exact_gaps(B, model, needs, k, changes)
     for (j, t), floor in zip(changes, floors):
         ob.require(floor > 0, f"change (position {j}, token {t}): the gap after it is >= {show(floor)}, not > 0")
