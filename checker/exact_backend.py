@@ -271,12 +271,14 @@ def column_bounds(ends, groups: int) -> list:
 
 def _low_difference(a, c):
     """A float64 <= a - c exactly, entrywise (a, c float64 arrays): TwoSum (Knuth) gives s + e = a - c
-    exactly in round-to-nearest when nothing overflows (checked), so s is a lower bound when e >= 0 and the
+    exactly in round-to-nearest when nothing overflows (checked: Rejected otherwise), so s is a lower bound when e >= 0 and the
     float below s is one when e < 0 (s is a - c rounded to nearest: a - c lies above that float)."""
-    s = a - c
-    back = s - a
-    e = (a - (s - back)) + (-c - back)
-    _require(np.isfinite(s).all() and np.isfinite(e).all(), "a column difference left the float range")
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a - c
+        back = s - a
+        e = (a - (s - back)) + (-c - back)
+    if not (np.isfinite(s).all() and np.isfinite(e).all()):
+        raise Rejected("finite enclosure", "a difference of two product entries is not finite")
     return np.where(e < 0, np.nextafter(s, -np.inf), s)
 
 

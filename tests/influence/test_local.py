@@ -107,6 +107,8 @@ def test_difference_minima_bound_the_column_differences_exactly(backend):
     W[1, 2] = np.inf
     with pytest.raises(Rejected, match="finite"):
         difference_minima(B.array(X), B.array(W), 0, B)
+    with pytest.raises(Rejected, match="a difference of two product entries is not finite"):   # overflow
+        difference_minima(B.array(np.full((3, 2), 1e308)), B.array(np.array([[4.0, -4.0], [4.0, -4.0]])), 0, B)
 
 
 def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_path):
