@@ -48,7 +48,11 @@ class Directions:
 
 
 def largest(holds, lo: int, hi: int) -> int:
-    """The largest R in [lo, hi] with holds(R) (lo - 1 when none), for holds decreasing in R: a binary search."""
+    """The largest R in [lo, hi] with holds(R) (lo - 1 when none), for holds decreasing in R: hi first (saturated
+    heads often certify every position), then a binary search."""
+    if lo <= hi and holds(hi):
+        return hi
+    hi -= 1
     while lo <= hi:
         mid = (lo + hi) // 2
         if holds(mid):
