@@ -282,8 +282,9 @@ def _low_difference(a, c):
     return np.where(e < 0, np.nextafter(s, -np.inf), s)
 
 
-def difference_minima(x, w, k: int, backend, rows: int = 512) -> list:
-    """Per column b of x @ w (x an IMat, w a point IMat): an exact Fraction <= min_r ((x w)[r, k] - (x w)[r, b]).
+def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = False) -> list:
+    """Per column b of x @ w (x an IMat, w a point IMat): an exact Fraction <= min_r ((x w)[r, k] - (x w)[r, b])
+    (per_row: per row r, one <= min_(b != k) ((x w)[r, k] - (x w)[r, b]); w needs two columns or more).
     In blocks of `rows` rows, each block's product is exact (`ball_times_point` / `interval_times_point`) and
     rounded outward once (`split_bounds`, else `float_bounds`); an entry of column k is then >= its lower
     end's floor part and one of column b <= its upper end's (both one part, or two in split form: lo2 >= 0,
@@ -311,6 +312,10 @@ def difference_minima(x, w, k: int, backend, rows: int = 512) -> list:
         out = split_bounds(exact) or tuple((e,) for e in float_bounds(exact))
         low, high = out
         _require(len(low) == 1 or ((low[1] >= 0).all() and (high[1] <= 0).all()), "ends not in split form")
-        low_k = _low_difference(low[0][:, k:k + 1], high[0]).min(axis=0)
-        best = low_k if best is None else np.minimum(best, low_k)
+        diff = _low_difference(low[0][:, k:k + 1], high[0])
+        if per_row:
+            diff[:, k] = np.inf
+            best = diff.min(axis=1) if best is None else np.concatenate([best, diff.min(axis=1)])
+        else:
+            best = diff.min(axis=0) if best is None else np.minimum(best, diff.min(axis=0))
     return [Fraction(v) for v in best.tolist()]

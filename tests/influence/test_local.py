@@ -90,8 +90,8 @@ def test_exhaustive_local_soundness(tmp_path, name):
 
 @pytest.mark.parametrize("backend", ["flint", "mpmath"])
 def test_difference_minima_bound_the_column_differences_exactly(backend):
-    """exact_backend.difference_minima: per column b, a lower bound of min_r ((x w)[r, k] - (x w)[r, b]) within
-    1e-12 of the exact value, for an interval x (a ball, several row blocks) and a point x (ends); Rejected
+    """exact_backend.difference_minima: per column b, a lower bound of min_r ((x w)[r, k] - (x w)[r, b]) (and per
+    row r, of min_(b != k)) within 1e-12 of the exact value, for an interval x (a ball, several row blocks) and a point x (ends); Rejected
     when the point factor is not finite."""
     import numpy as np
     from tcert.checker.exact_backend import difference_minima
@@ -104,6 +104,11 @@ def test_difference_minima_bound_the_column_differences_exactly(backend):
                 lows = [B.lower(r[k] - r[b]) for r in rows]
                 highs = [B.upper(r[k] - r[b]) for r in rows]
                 assert got[b] <= min(lows) and min(highs) - got[b] < Fraction(1, 10 ** 12), (k, b)
+            got = difference_minima(x, B.array(W), k, B, rows=8, per_row=True)   # per row, over b != k
+            for r, row in enumerate(rows):
+                low = min(B.lower(row[k] - row[b]) for b in range(9) if b != k)
+                high = min(B.upper(row[k] - row[b]) for b in range(9) if b != k)
+                assert got[r] <= low and high - got[r] < Fraction(1, 10 ** 12), (k, r)
     W[1, 2] = np.inf
     with pytest.raises(Rejected, match="finite"):
         difference_minima(B.array(X), B.array(W), 0, B)

@@ -113,12 +113,13 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
 # reads the final LN's gain and bias once, not per listed change (influence +1).
 # The local claim's saturation rule for R >= 2: exact_backend.difference_minima / _low_difference, the column
-# minima of row-wise differences of x W_U for every competitor at once, TwoSum-exact, Rejected on overflow (exact +34);
+# minima of row-wise differences of x W_U for every competitor at once, TwoSum-exact, Rejected on overflow, per column or per row (exact +38);
 # local.projections reads them and x's own values, multi_floors the saturated head, exact_gaps forms o' from the
 # sums without key j, cost.py the V x V product per head (influence +22). position_bounds in Python integers at
 # 2^-SCALE rounded outward (fixed_ends), not one Fraction per token (3x faster), and head_view's last-token row by a
-# one-hot product, not V x d rows per head (influence +7).
-BUDGETS = {"kernel": 1938, "exact": 622, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 760}
+# one-hot product, not V x d rows per head (influence +7). exact_gaps' smallest gap per listed change by
+# difference_minima per row ([y', 1] times [W_U; b_U]), not one interval end per change and token (influence +1).
+BUDGETS = {"kernel": 1938, "exact": 626, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 761}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

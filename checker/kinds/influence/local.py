@@ -242,7 +242,7 @@ def exact_gaps(B, model, parts, k, pairs) -> list:
     only key j moves; the sums without key j are formed directly, not as Z - e_j, which loses its relative
     accuracy when key j dominates, and o' directly, not as o plus the identity's ratio)."""
     cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
-    if not pairs:
+    if not pairs or cfg.d_vocab < 2:   # (one token: no competitor, nothing to bound)
         return []
     vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
     rests = [[B.fsum(e for i, e in enumerate(v["e"]) if i != j) for j in range(len(x))] for v in views]
@@ -263,9 +263,10 @@ def exact_gaps(B, model, parts, k, pairs) -> list:
             sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
             y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
         rows.append(y2)
-    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows()
-    bU = B.array(tensors["unembed.b_U"]).rows()[0] if "unembed.b_U" in tensors else [B.num(0)] * cfg.d_vocab
-    return [min(B.lower(row[k] + bU[k] - l - c) for b, (l, c) in enumerate(zip(row, bU)) if b != k) for row in logits]
+    W_U = np.asarray(tensors["unembed.W_U"])   # the bias as one more row, read by a 1 appended to y': [y', 1] [W_U; b_U]
+    bU = np.asarray(tensors["unembed.b_U"]) if "unembed.b_U" in tensors else np.zeros(cfg.d_vocab, W_U.dtype)
+    return difference_minima(B.matrix([row + [B.num(1)] for row in rows]), B.array(np.vstack([W_U, bU[None, :]])), k, B,
+                             per_row=True)
 
 
 def gap_floor(B, parts, gap, delta, R) -> Fraction:
