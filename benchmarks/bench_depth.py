@@ -9,7 +9,8 @@ precision itself). With --influence, models of --influence-layers also get the d
 certificate (`tcert.api.influence(model)`, what `tcert influence --model M --out C.json` writes), then checked
 the same way, each in its own child (rows with pass "influence": verdict, certified C in the "certified gap"
 column, check time, CPU and memory; generator_s / generator_cpu_s / generator_peak_mib and C, C_abs, C_prob,
-C_prob_abs in rows.json); --influence-only runs just those, at GPT-2-small width (and --pythia) shape.
+C_prob_abs in rows.json); --influence-only runs just those, at GPT-2-small width (and --pythia) shape;
+--pythia-only with it: only the Pythia-160M shape.
 
 Two passes, in one run, each in its own child process (so peak memory is per check, from wait4):
 
@@ -25,7 +26,7 @@ seconds (model load and setup included) and its peak RSS. Also writes a table
 (Markdown) and a PNG plot to --out.
 
     python benchmarks/bench_depth.py [--layers 1,2,4,12] [--lengths 64,256,1024] [--before-max-layers 4]
-                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12] [--influence-only]
+                                     [--pythia] [--pythia-layers 12] [--influence] [--influence-layers 12] [--influence-only] [--pythia-only]
                                      [--out DIR] [--append]
     (each case runs in its own child processes; run the sweep in pieces with --append)
 """
@@ -232,8 +233,9 @@ def plot(rows, out_png):
 def influence_cases(args):
     """(label, arch, size, layers, 0) for --influence-layers at GPT-2-small width (and Pythia-160M shape)."""
     layers = [int(x) for x in args.influence_layers.split(",")]
-    cases = [("gpt2-small-width", "preln", GPT2_SMALL, n, 0) for n in layers]
-    return cases + ([("pythia-160m-shape", "neox1l", PYTHIA_160M, n, 0) for n in layers] if args.pythia else [])
+    cases = [] if args.pythia_only else [("gpt2-small-width", "preln", GPT2_SMALL, n, 0) for n in layers]
+    return cases + ([("pythia-160m-shape", "neox1l", PYTHIA_160M, n, 0) for n in layers]
+                    if args.pythia or args.pythia_only else [])
 
 
 def influence_row(workdir, label, arch, size, n_layers, seed):
@@ -263,6 +265,7 @@ def main():
     ap.add_argument("--before-max-layers", type=int, default=4, help="run the old pass up to this depth")
     ap.add_argument("--pythia", action="store_true", help="also the Pythia-160M shape at 64 tokens")
     ap.add_argument("--pythia-layers", default="12")
+    ap.add_argument("--pythia-only", action="store_true", help="with --influence-only: only the Pythia-160M shape")
     ap.add_argument("--influence", action="store_true", help="also the default influence certificate")
     ap.add_argument("--influence-layers", default="12")
     ap.add_argument("--influence-only", action="store_true",

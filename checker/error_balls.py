@@ -26,7 +26,10 @@ import math
 from fractions import Fraction
 from typing import NamedTuple
 
-from tcert.checker.interval import Backend, IMat
+import numpy as np
+
+from tcert.checker import exact_backend, exact_products, exact_rounding
+from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 
 BITS = 40          # significant bits kept by up(): radii are upper bounds, 2^-40 relative slack each
 EXP_LIMIT = 40     # score perturbations above this use the convex-hull cap (e^(2 delta) is useless there)
@@ -76,6 +79,8 @@ class Rows(NamedTuple):
 def recentre(B: Backend, Y: IMat, eps: list) -> Rows:
     """Rows whose exact values lie in the enclosures Y widened by l2 radii eps: re-centred on Y's midpoints,
     each row's radius grows by the l2 norm of its entries' radii (triangle inequality)."""
+    if exact_backend.is_point(Y):      # stored weights: exact points already (what `centres` would give)
+        return Rows(Y, [up(e) for e in eps])
     C, radius = B.centres(Y)
     return Rows(C, [up(e + r) for e, r in zip(eps, radius)])
 
@@ -89,8 +94,12 @@ def take(B: Backend, X: Rows, rows: list) -> Rows:
     """The rows with the given indices (a row may repeat; no arithmetic)."""
     if list(rows) == list(range(X.centre.shape[0])):
         return X
-    data = X.centre.rows()
-    return Rows(B.matrix([data[i] for i in rows]), [X.eps[i] for i in rows])
+    eps = [X.eps[i] for i in rows]
+    if X.centre.ends is not None:
+        lo, hi = (tuple(p[list(rows)] for p in e) for e in X.centre.ends)
+        return Rows(IMat(B, None, (len(eps), X.centre.shape[1]), (lo, lo if X.centre.ends[0] is X.centre.ends[1] else hi)), eps)
+    data = X.centre.data
+    return Rows(B.matrix([[data[i, j] for j in range(X.centre.shape[1])] for i in rows]), eps)
 
 
 def add(B: Backend, *terms: Rows) -> Rows:
@@ -118,6 +127,35 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
     dh, rows = W.shape[1] // len(norms), C.rows()
     return [Rows(B.matrix([r[h * dh:(h + 1) * dh] for r in rows]),
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
+
+
+def trimmed_centre(split):
+    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`):
+    each radius an upper bound of the row's distance from the cut centre; None for None."""
+    if split is None:
+        return None
+    parts, pairs = exact_rounding.trimmed(*split)
+    return parts, [sqrt_up(a) + sqrt_up(b) for a, b in pairs]
+
+
+def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
+    """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
+    blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
+    product is exact, its centre two float64 parts held as ends (no native entry is made) and its
+    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. None where the layer
+    does not apply (the caller computes as `linear_heads`)."""
+    if not (B.exact and B.prec <= EXACT_MAX_PREC):
+        return None
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B))
+    if out is None:
+        return None
+    (c1, c2), radius = out
+    dh = c1.shape[1] // len(norms)
+    heads = []
+    for h, n in enumerate(norms):
+        part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
+        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), [up(n * e + r) for e, r in zip(X.eps, radius)]))
+    return heads
 
 
 def nonlinear(B: Backend, X: Rows, fn, lipschitz: Fraction) -> Rows:
@@ -172,6 +210,109 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
     return recentre(B, B.matrix(out), errs)
 
 
+def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
+    """`normalise` by the exact layer, when it is on and X's centres are points: w, b float64 rows (None:
+    none), `centring` the point matrix d I - 11^T (None: RMSNorm). None where the layer does not apply.
+
+    Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is an exact product, kept as two
+    float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
+    f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
+    (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
+    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, then two parts and b as a third).
+    Bound. ||Px - u^|| <= e + rho / k =: e' for x within e of c, so as in `normalise` ||y(x) - y(u^)|| <=
+    min(w_max e' / sigma_lo, 2 sqrt(d) w_max) with sigma_lo from ||u^|| >= sqrt(||v^||^2) / k; and
+    ||w * v^ (inv - iota)|| <= w_max ||v^|| delta, plus the exact rounding radius of the new centre."""
+    if not (B.exact and B.prec <= EXACT_MAX_PREC):
+        return None
+    c = exact_backend.point_parts(X.centre, B)
+    if c is None:
+        return None
+    m, d = X.centre.shape
+    if centring is None:
+        v, k, rho = c, 1, [Fraction(0)] * m
+    else:
+        k = d
+        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False))
+        if out is None:
+            return None
+        v, rho = out
+    sq = exact_products.row_sums(exact_products.entrywise([v, v]))
+    fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
+    with fine.precision():
+        ball = fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data)
+    if ball is None:
+        return None
+    iota, delta = ball
+    t = trimmed_centre(exact_rounding.split_centre(exact_products.entrywise([v, iota], [] if w is None else [(w,)])))
+    if t is None:
+        return None
+    (t1, t2), rounding = t
+    cap, errs = 2 * sqrt_up(Fraction(d)) * w_max, []
+    for e, r, s, dl, rd in zip(X.eps, rho, sq, delta[:, 0].tolist(), rounding):
+        e1, norm = e + r / k, sqrt_up(s)
+        gap = max(sqrt_down(s) / k - e1, Fraction(0))
+        lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
+        errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
+    parts = (t1, t2) if b is None else (t1, t2, np.broadcast_to(b, (m, d)))
+    return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
+
+
+class Rotation(NamedTuple):
+    """Rotary rotations of the rows at some positions for the exact layer: out = x * C + x[:, swap] * S
+    entrywise, C and S (float64 parts, m x d_head) the midpoints of the cos and -sin / sin enclosures
+    on each pair's two columns (1 and 0 on columns no pair rotates), delta[i] >= the spectral norm of
+    row i's exact rotation minus this one (max over pairs of sqrt(dc^2 + ds^2), from the radii)."""
+
+    cos: tuple
+    sin: tuple
+    swap: list
+    delta: list
+
+
+def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int):
+    """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
+    backend `B`, e.g. at a raised precision), or None where it gives no float64 parts (`_near_ball`)."""
+    balls = [B._near_ball(B.matrix([list(row) for row in rows]).data) for rows in zip(*cos_sin)]
+    if not pairs or any(x is None for x in balls):
+        return None
+    (cm, cr), (sm, sr) = balls
+    m, swap = cm[0].shape[0], list(range(d_head))
+    C, S = [np.zeros((m, d_head)) for _ in cm], [np.zeros((m, d_head)) for _ in sm]
+    C[0][:] = 1.0
+    for j, (i1, i2) in enumerate(pairs):
+        swap[i1], swap[i2] = i2, i1
+        for q, (a, b) in enumerate(zip(cm, sm)):
+            C[q][:, i1], C[q][:, i2] = a[:, j], a[:, j]
+            S[q][:, i1], S[q][:, i2] = -b[:, j], b[:, j]
+    dc, ds = cr.max(axis=1).tolist(), sr.max(axis=1).tolist()
+    return Rotation(tuple(C), tuple(S), swap, [sqrt_up(Fraction(a) ** 2 + Fraction(b) ** 2) for a, b in zip(dc, ds)])
+
+
+def rotation_rows(rot: Rotation, rows: list) -> Rotation:
+    """The rotations of the given rows of `rot` (no arithmetic)."""
+    return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap,
+                    [rot.delta[i] for i in rows])
+
+
+def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
+    """Each row through its exact rotary rotation R (an isometry), by the exact layer, when it is on and X's
+    centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`)
+    to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding.
+    None where the layer does not apply."""
+    c = exact_backend.point_parts(X.centre, B) if B.exact and B.prec <= EXACT_MAX_PREC else None
+    if c is None:
+        return None
+    swapped = tuple(p[:, rot.swap] for p in c)
+    out = trimmed_centre(exact_rounding.split_centre(
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])))
+    if out is None:
+        return None
+    parts, rounding = out
+    norms = exact_products.row_sums(exact_products.entrywise([c, c]))
+    eps = [up(e + dl * sqrt_up(n) + r) for e, dl, n, r in zip(X.eps, rot.delta, norms, rounding)]
+    return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
+
+
 def rotate_rows(B: Backend, X: Rows, rotate_row) -> Rows:
     """Each row i through the exact rotation rotate_row(i, row) (an isometry): the radii are unchanged; the
     rotation's enclosure (its cos/sin are enclosures) adds only rounding."""
@@ -179,7 +320,11 @@ def rotate_rows(B: Backend, X: Rows, rotate_row) -> Rows:
 
 
 def row_sq_norms(B: Backend, M: IMat) -> list:
-    """Enclosures of ||row||_2^2 for each row of M (dot products: one rounding each, not one per term)."""
+    """Enclosures of ||row||_2^2 for each row of M (dot products: one rounding each, not one per term; exact
+    sums of squares when M is a point held as float64 parts)."""
+    parts = exact_backend.multi_point(M)
+    if parts is not None and B.exact:
+        return [B.num(x) for x in exact_products.row_sums(exact_products.entrywise([parts, parts]))]
     return [B.dot(row, row) for row in M.rows()]
 
 

@@ -22,9 +22,9 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_products import (Exact, ExactInterval, _require, bits_for, cut_cols, cut_rows, exact_matrix,
+from tcert.checker.exact_products import (Exact, ExactInterval, Slices, _line_top, _require, bits_for, cut_cols, cut_rows, exact_matrix,
                                           point_product)
-from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds
+from tcert.checker.exact_rounding import _end_float, _parts, float_bounds, split_bounds, split_centre
 
 
 def point_ends(a):
@@ -117,10 +117,12 @@ def product(a, b, backend):
     result leaves rounded outward once: two float64 parts per end (`split_bounds`), or one
     (`float_bounds`) where the parts would leave the float range."""
     (m, k), n = a.shape, b.shape[1]
-    if not (m and k and n) or not (is_point(a) or is_point(b)):
+    if not (m and k and n):
         return None
     bits = bits_for(k)
-    if is_point(a) and is_point(b):
+    if not (is_point(a) or is_point(b)):   # a point of several parts on the right (the forward pass's centres)
+        exact = times_parts(a, multi_point(b), backend) if multi_point(b) is not None else None
+    elif is_point(a) and is_point(b):
         exact = point_product(cut_rows(a.ends[0][0], bits), sum_cut(b, bits))
     elif is_point(b):
         exact = _times_point(a, b, False, bits, backend)
@@ -142,7 +144,13 @@ def _times_point(x, w, transposed: bool, bits: int, backend):
         mid, rad = ball
         if transposed:
             mid, rad = tuple(p.T for p in mid), rad.T
-        out = ball_times_point(mid, rad, sum_cut(w, bits, transposed), sum_cut(w, bits, transposed, True))
+        mag = [sum_cut(w, bits, transposed, True)] if rad.any() else None      # no radius: no |w| product
+        out = balls_times_points(mid, rad, [sum_cut(w, bits, transposed)], mag)
+    elif multi_point(x) is not None:     # a point of several parts (the forward pass's centres): W cut whole
+        parts = tuple(p.T for p in x.ends[0]) if transposed else x.ends[0]
+        if not all(np.isfinite(p).all() for p in parts):
+            return None
+        out = parts_times_point(parts, sum_cut(w, bits, transposed))
     else:
         ends = _interval(x, backend._native_ends)
         if ends is None:
@@ -171,30 +179,124 @@ def ball_times_point(mid, rad, whole, magnitude):
     [mid W - r |W|, mid W + r |W|] for r >= rad (rad rounded up to RAD_BITS bits). The parts of mid and r
     are cut on one scale per row (the largest's), so both products are Exacts of the same scales; None
     when r leaves the float range."""
+    return balls_times_points(mid, rad, [whole], [magnitude])
+
+
+def balls_times_points(mid, rad, wholes, magnitudes):
+    """`ball_times_point` for W = sum_k W_k (a point of several parts, each cut whole and as |W_k| on
+    one column scale): X W lies in [mid W - r sum_k |W_k|, mid W + r sum_k |W_k|], as |W| <= sum_k |W_k|."""
     r = _ceil_bits(rad, RAD_BITS)
     if not np.isfinite(r).all():
         return None
-    m, parts = mid[0].shape[0], list(mid)
-    top = _row_top(parts + [r])
+    top = _row_top(list(mid) + [r])
+    total = _summed(parts_times_point(mid, w, top) for w in wholes)
+    if not r.any():      # points: the spread has no terms (magnitudes may be None)
+        return ExactInterval(total, total)
+    cut = cut_rows(r, wholes[0].bits, top)
+    spread = _summed(point_product(cut, m) for m in magnitudes)
+    low = Exact(tuple((o, t, bd, -sg) for o, t, bd, sg in spread.terms), spread.row_scale, spread.col_scale,
+                spread.unit)
+    return ExactInterval(total + low, total + spread)
+
+
+def _summed(exacts):
+    """The sum of Exacts of equal scales."""
+    exacts = iter(exacts)
+    total = next(exacts)
+    for x in exacts:
+        total = total + x
+    return total
+
+
+def multi_point(m):
+    """The parts of an IMat held as a point of one or more parts (ends with lo is hi), else None."""
+    return m.ends[0] if m.ends is not None and m.ends[0] is m.ends[1] else None
+
+
+def _cut_parts(parts, bits: int, magnitude: bool = False) -> list:
+    """Each part (or |part|) of a point right factor cut whole on one column scale, the largest part's."""
+    top = _line_top(list(parts), 1)
+    return [cut_cols(np.abs(p) if magnitude else p, bits, top) for p in parts]
+
+
+def times_parts(a, parts, backend):
+    """The Exact(Interval) of a @ W for W the point of float64 `parts` (k x n): a a point (of any parts:
+    exact) or a native ball matrix (`balls_times_points`); None where neither applies."""
+    bits = bits_for(parts[0].shape[0])
+    wholes = _cut_parts(parts, bits)
+    left = point_parts(a, backend)
+    if left is not None:
+        top = _line_top(list(left), 0)
+        return _summed(parts_times_point(left, w, top) for w in wholes)
+    ball = backend._native_ball(a.data) if a.ends is None else None
+    if ball is None:
+        return None
+    return balls_times_points(ball[0], ball[1], wholes, _cut_parts(parts, bits, True))
+
+
+def parts_times_point(parts, whole, top=None):
+    """The Exact of P W for the point P given as float64 parts (their exact sum), all cut on one scale
+    per row (`top`, default the parts' own: `_row_top`), and the point W cut whole."""
+    m, parts = parts[0].shape[0], list(parts)
+    top = _line_top(parts, 0) if top is None else top
     centre = point_product(cut_rows(np.concatenate(parts), whole.bits, np.concatenate([top] * len(parts))), whole)
     total = _rows(centre, slice(0, m))
     for i in range(1, len(parts)):
         total = total + _rows(centre, slice(i * m, (i + 1) * m))
-    spread = point_product(cut_rows(r, whole.bits, top), magnitude)
-    low = Exact(tuple((o, t, bd, -sg) for o, t, bd, sg in spread.terms), spread.row_scale, spread.col_scale,
-                spread.unit)
-    return ExactInterval(total + low, total + spread)
+    return total
+
+
+def point_parts(x, backend):
+    """The IMat x as float64 parts summing exactly to its entries, when x is certainly a point matrix
+    (ends with lo = hi, or a native matrix of exact points); None otherwise or when an entry is not
+    finite."""
+    if x.ends is None:
+        if "parts" not in x.cuts:    # cached: a normalised input feeds several products
+            ball = backend._native_ball(x.data)
+            x.cuts["parts"] = ball[0] if ball is not None and not ball[1].any() else None
+        if x.cuts["parts"] is not None:
+            return x.cuts["parts"]
+    ends = _interval(x, backend._native_ends)
+    if ends is None:
+        return None
+    lo, hi = ends
+    return lo if lo is hi or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi))) else None
+
+
+def affine_centres(x, wb, backend, bias: bool = True):
+    """((c1, c2), sq): for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
+    as its last row; with bias False, wb = W), float64 parts of a centre c and exact Fractions with ||(x W + b)_i - c_i||_2^2 <=
+    sq[i] per row (`exact_rounding.split_centre`): the product [x | 1] wb is exact; None when the layer
+    does not apply (x not a point, an empty dimension, a part beyond the float range)."""
+    parts = point_parts(x, backend) if x.shape[0] and x.shape[1] and wb.shape[1] else None
+    if parts is None or not is_point(wb):
+        return None
+    if bias:
+        ones = [np.full((x.shape[0], 1), 1.0 if i == 0 else 0.0) for i in range(len(parts))]
+        parts = tuple(np.hstack([p, o]) for p, o in zip(parts, ones))
+    return split_centre(parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0]))))
 
 
 def sum_cut(m, bits: int, transposed: bool = False, magnitude: bool = False):
     """The point IMat `m` (or its transpose; or |m|) cut whole as a right factor on m's column scale
     (|m| shares it, so products with both add as Exacts); cached."""
     key = ("whole", bits, transposed, magnitude)
+    if key not in m.cuts and magnitude:
+        m.cuts[key] = magnitude_of(sum_cut(m, bits, transposed))
     if key not in m.cuts:
         w = m.ends[0][0].T if transposed else m.ends[0][0]
         top = np.frexp(np.abs(w).max(axis=0, initial=0.0))[1].astype(np.int64)
-        m.cuts[key] = cut_cols(np.abs(w) if magnitude else w, bits, top)
+        m.cuts[key] = cut_cols(w, bits, top)
     return m.cuts[key]
+
+
+def magnitude_of(cut: Slices) -> Slices:
+    """The cut of |W| from the cut of W on the same scales: the digits' absolute values. Cutting keeps
+    signs (`_scaled_digits`: trunc(y) and y - trunc(y) have the sign of y, and y 2^bits too), so every
+    digit of an entry has the entry's sign, and cutting |W| yields |digit| for digit (a zero line stays
+    zero; bands are chosen by exponent, the same for |W|); line maxima and sums are of |digit| already."""
+    stats = list(zip(cut.line_max, cut.line_sum))
+    return Slices([np.abs(d) for d in cut.digits], cut.index, cut.scale, cut.bits, cut.axis, cut.shape, stats)
 
 
 def _extreme(parts, groups: int, up: bool):
@@ -319,3 +421,135 @@ def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = Fa
         else:
             best = diff.min(axis=0) if best is None else np.minimum(best, diff.min(axis=0))
     return [Fraction(v) for v in best.tolist()]
+
+
+SQUARE_RANGE = 400    # pieces' products stay exact while every nonzero magnitude is within 2^-400 .. 2^400
+
+
+def outer_floats(ends):
+    """(L, U): float64 arrays with L <= lo and hi <= U for ends (lo, hi) of one part each, or two in
+    split_bounds' form: there lo2 >= 0 makes lo1 <= lo and hi2 <= 0 makes hi1 >= hi (both checked)."""
+    lo, hi = _parts(ends[0]), _parts(ends[1])
+    _require(len(lo) <= 2 and len(hi) <= 2, "ends of more than two parts")
+    _require((len(lo) < 2 or (lo[1] >= 0).all()) and (len(hi) < 2 or (hi[1] <= 0).all()),
+             "two-part ends not in split_bounds' form")
+    return lo[0], hi[0]
+
+
+def dyadic_float(x: Fraction, up: bool) -> float:
+    """The nearest float64 <= x (up: >= x) for a dyadic rational x (an interval end), exactly
+    (`exact_rounding._end_float`)."""
+    den = x.denominator
+    _require(den & (den - 1) == 0, "an interval end that is not dyadic")
+    return _end_float(x.numerator, -(den.bit_length() - 1), up)
+
+
+def _pieces(x):
+    """x (float64, every nonzero |x| within 2^-400 .. 2^400) as three float64 arrays of <= 18 significant
+    bits summing to x exactly: x = k 2^(e-53) with k = ldexp(frexp(x), 53) an integer below 2^53, cut as
+    k1 2^35 + k2 2^17 + k3 by trunc and subtraction of integers below 2^53 (exact), each piece scaled back
+    by a power of two (exact: its lowest bit stays >= 2^-453). The product of two pieces then has <= 36 bits
+    and lies within 2^-906 .. 2^800: an exact float64 product."""
+    frac, e = np.frexp(x)
+    k = np.ldexp(frac, 53)
+    k1 = np.trunc(np.ldexp(k, -35))
+    rest = k - np.ldexp(k1, 35)
+    k2 = np.trunc(np.ldexp(rest, -17))
+    return np.ldexp(k1, e - 18), np.ldexp(k2, e - 36), np.ldexp(rest - np.ldexp(k2, 17), e - 53)
+
+
+def _in_range(*arrays) -> bool:
+    """Whether every entry is finite and every nonzero magnitude within 2^-400 .. 2^400 (`_pieces`)."""
+    for a in arrays:
+        m = np.abs(a)
+        if not np.isfinite(a).all() or (m >= 2.0 ** SQUARE_RANGE).any() or ((m > 0) & (m < 2.0 ** -SQUARE_RANGE)).any():
+            return False
+    return True
+
+
+def _sums(terms, up: bool):
+    """float64 bounds (down, or up) of the exact sums sum_t terms[t] (equal-shape float64 arrays), by the
+    exact product of the entries' terms with a column of ones, rounded outward once (`float_bounds`)."""
+    shape, flat = terms[0].shape, np.stack([t.ravel() for t in terms], axis=1)
+    bits = bits_for(flat.shape[1])
+    total = point_product(cut_rows(flat, bits), cut_cols(np.ones((flat.shape[1], 1)), bits))
+    return float_bounds(total)[1 if up else 0].reshape(shape)
+
+
+def max_row_square(ends):
+    """An exact Fraction >= max_r sum_j v_rj^2 over every matrix v within the ends (lo, hi); None when an
+    entry is not finite or reaches 2^400. T = max(U, -L) >= |v| entrywise (`outer_floats`), raised to at
+    least 2^-400 and rounded up to 52 significant bits (`_ceil_bits`, exact), is h + l with h its top 26
+    bits and l the other 26 (frexp, ldexp by powers of two and floor are exact, and T - h is a float, so
+    the subtraction is exact); T^2 = h^2 + 2 h l + l^2, each term an integer below 2^53 times a power of
+    two >= 2^-904: exact float64 products. Each row's 3 n terms are summed by the exact product with a
+    column of ones and rounded up once (two parts, `split_bounds`, where they fit)."""
+    L, U = outer_floats(ends)
+    T = np.maximum(np.maximum(U, -L), 2.0 ** -SQUARE_RANGE)
+    if not _in_range(T):
+        return None
+    T = _ceil_bits(T, 52)
+    frac, e = np.frexp(T)
+    h = np.ldexp(np.floor(np.ldexp(frac, 26)), e - 26)
+    low = T - h
+    terms = np.concatenate([h * h, 2 * h * low, low * low], axis=1)
+    bits = bits_for(terms.shape[1])
+    total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
+    ends = split_bounds(total)
+    if ends is None:
+        return Fraction(float(float_bounds(total)[1].max()))
+    return fractions(column_extremes(ends, 1)[0][1])[0]
+
+
+def widths(ends):
+    """float64 E >= hi - lo entrywise for one- or two-part ends (`outer_floats`), by exact sums (`_sums`)."""
+    L, U = outer_floats(ends)
+    return _sums([U, -L], True)
+
+
+def scaled_rows_bounds(s_lo, s_hi, ends, shift):
+    """float64 (lo, hi) with lo <= s_r v_rj + c_j <= hi for every s_r in [s_lo[r], s_hi[r]] (0 < s_lo), v
+    within `ends` and c within `shift` (1 x n ends); None outside `_in_range`. With (L, U) the outer floats of
+    v: s v >= s' L for s' = s_lo where L >= 0, else s_hi (and s v <= s'' U likewise), since s > 0. The product
+    s' L is the exact sum of six products: s' as three `_pieces` of <= 18 bits, L as its top 27 bits and the
+    rest (<= 26 bits; as in `max_row_square`), each product <= 45 bits within 2^-906 .. 2^800; these and c's
+    parts are summed exactly and rounded outward once (`_sums`)."""
+    (L, U), (cl, cu) = outer_floats(ends), shift
+    down = np.where(L >= 0, s_lo[:, None], s_hi[:, None])
+    up = np.where(U >= 0, s_hi[:, None], s_lo[:, None])
+    if not _in_range(L, U, down, up):
+        return None
+    out = []
+    for s, v, c, side in ((down, L, cl, False), (up, U, cu, True)):
+        frac, e = np.frexp(v)
+        top = np.ldexp(np.trunc(np.ldexp(frac, 27)), e - 27)
+        terms = [a * b for a in _pieces(s) for b in (top, v - top)]
+        out.append(_sums(terms + [np.broadcast_to(part, v.shape) for part in _parts(c)], side))
+    return tuple(out)
+
+
+def point_bounds(a, w):
+    """((lo,), (hi,)): float64 ends of the exact product a @ w of two float64 arrays of exact values,
+    rounded outward once to one part each (`float_bounds`: the fast way out, within about 2^-52 of each
+    row's scale)."""
+    bits = bits_for(a.shape[1])
+    lo, hi = float_bounds(point_product(cut_rows(np.ascontiguousarray(a), bits), cut_cols(w, bits)))
+    return (lo,), (hi,)
+
+
+def max_quadratic(y, ends):
+    """An exact Fraction >= max_r y_r Q y_r^T for a float64 matrix y of exact values and P = y Q within
+    `ends` (one or two parts per end; `outer_floats`); None outside `_in_range`. Per entry y_rj P_rj <=
+    y_rj U_rj where y_rj >= 0, else y_rj L_rj; each such product is the exact sum of six piece products
+    (y as three `_pieces`, the other factor as its top 27 bits and the rest, as in `scaled_rows_bounds`),
+    and each row's terms are summed by the exact product with a column of ones, rounded up once."""
+    L, U = outer_floats(ends)
+    v = np.where(y >= 0, U, L)
+    if not _in_range(y, v):
+        return None
+    frac, e = np.frexp(v)
+    top = np.ldexp(np.trunc(np.ldexp(frac, 27)), e - 27)
+    terms = np.concatenate([a * b for a in _pieces(y) for b in (top, v - top)], axis=1)
+    bits = bits_for(terms.shape[1])
+    total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
+    return Fraction(float(float_bounds(total)[1].max()))

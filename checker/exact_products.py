@@ -38,6 +38,7 @@ the layer rounded outward once, by `exact_rounding` (`split_bounds` as two float
 """
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -324,3 +325,90 @@ def point_product(a: Slices, b: Slices) -> Exact:
     pair multiplied exactly (`_digit_products`)."""
     pairs = [(s, t) for s in range(len(a.digits)) for t in range(len(b.digits))]
     return _digit_products(a, b, pairs)
+
+
+# --- exact entrywise products (the forward pass's LayerNorm scaling and rotations) ---------------------
+
+def _line_top(parts, axis: int):
+    """Per line (row for axis 0, column for axis 1) the least t with |part| < 2^t for every part (a part
+    that is zero on a line does not count; 0 for a line that is zero in every part)."""
+    red, low = 1 - axis, np.iinfo(np.int64).min
+    for p in parts:
+        _finite_float64(p)
+    peaks = [np.abs(p).max(axis=red, initial=0.0) for p in parts]
+    top = np.max([np.where(x > 0, np.frexp(x)[1].astype(np.int64), np.int64(low)) for x in peaks], axis=0)
+    return np.where(top == low, 0, top)
+
+
+def _line_digits(parts, top, axis: int, bits: int):
+    """[(s, digit)]: the float64 parts (one matrix, or a column (axis 0) / row (axis 1) to be broadcast)
+    cut on the scale `top` per line, each part into the digits of `bits` bits that are not all zero
+    (`_block_digits`: exact); part p = 2^top sum_s digit_s 2^-(s+1)bits."""
+    out = []
+    for p in parts:
+        out += [(s, d) for s, (_, d) in _block_digits(p, top, bits, axis).items() if d.any()]
+    return out
+
+
+def entrywise(rows, cols=(), bits: int | None = None) -> Exact:
+    """The exact entrywise product of factors, each a tuple of float64 parts (its exact sum): `rows`
+    factors scaled per row (m x n matrices or m x 1 columns), `cols` per column (1 x n rows), broadcast
+    to m x n (`entrywise_sum` of one product)."""
+    return entrywise_sum([(rows, cols)], bits)
+
+
+def entrywise_sum(products, bits: int | None = None) -> Exact:
+    """The exact sum of entrywise products [(rows, cols)] (as `entrywise`; every product has the same
+    number of row and of column factors, and factor i of every product is cut on one scale per line,
+    the largest). Every digit product is an integer of magnitude < 2^(K bits) <= 2^53 for K factors
+    (bits = floor(48 / K) by default), computed in float64 (exact: an integer below 2^53) and summed per
+    offset in float64 while the sum of their bounds is <= 2^53 (every partial sum an integer below 2^53),
+    then in int64 with the bound tracked below 2^62."""
+    n_rows, n_cols = len(products[0][0]), len(products[0][1])
+    k = n_rows + n_cols
+    bits = bits or 48 // k
+    _require(k * bits <= 53 and all(len(r) == n_rows and len(c) == n_cols for r, c in products),
+             f"{k} factors of {bits}-bit digits could round")
+    shape = np.broadcast_shapes(*(f[0].shape for r, c in products for f in tuple(r) + tuple(c)))
+    tops = [_line_top([p for r, c in products for p in (tuple(r) + tuple(c))[i]], 0 if i < n_rows else 1)
+            for i in range(k)]
+    groups, bound = {}, {}
+    for r, c in products:
+        cut = [_line_digits(f, tops[i], 0 if i < n_rows else 1, bits) for i, f in enumerate(tuple(r) + tuple(c))]
+        for combo in _combinations(cut):
+            off, prod, peak = -sum(s + 1 for s, _ in combo) * bits, combo[0][1], int(np.abs(combo[0][1]).max())
+            for _, d in combo[1:]:
+                prod, peak = prod * d, peak * int(np.abs(d).max())
+            bound[off] = bound.get(off, 0) + peak
+            _require(bound[off] < ACC_LIMIT, "an int64 accumulator could overflow")
+            if off not in groups:
+                groups[off] = np.zeros(shape)
+            if groups[off].dtype == np.float64 and bound[off] > SAFE:
+                groups[off] = groups[off].astype(np.int64)
+            groups[off] += prod if groups[off].dtype == np.float64 else prod.astype(np.int64)
+    row_scale = np.broadcast_to(sum(tops[:n_rows], np.zeros(1, np.int64)), (shape[0],)).copy()
+    col_scale = np.broadcast_to(sum(tops[n_rows:], np.zeros(1, np.int64)), (shape[1],)).copy()
+    return Exact(tuple((o, groups[o], bound[o], 1) for o in sorted(groups)), row_scale, col_scale, bits)
+
+
+def _combinations(lists):
+    """Every choice of one item from each list (the digit combinations of an entrywise product)."""
+    out = [()]
+    for items in lists:
+        out = [c + (x,) for c in out for x in items]
+    return out
+
+
+def row_sums(x: Exact) -> list:
+    """Per row, the exact sum of x's entries as a Fraction, for x with one column scale (the entrywise
+    products of row-scaled factors): int64 row sums while their bound stays below 2^62, else Python
+    ints; then Python ints (no rounding)."""
+    _require(not x.shape[1] or bool(np.all(x.col_scale == x.col_scale[0])), "row sums over unequal column scales")
+    low = min((o for o, _, _, _ in x.terms), default=0)
+    out = [0] * x.shape[0]
+    for o, m, b, sg in x.terms:
+        m = m.astype(np.int64)
+        sums = m.sum(axis=1).tolist() if b * x.shape[1] < ACC_LIMIT else [sum(r) for r in m.tolist()]
+        out = [t + sg * (v << (o - low)) for t, v in zip(out, sums)]
+    base = low + (int(x.col_scale[0]) if x.shape[1] else 0)
+    return [Fraction(t) * Fraction(2) ** (int(e) + base) for t, e in zip(out, x.row_scale.tolist())]

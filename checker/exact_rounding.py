@@ -14,6 +14,7 @@ These four are the only places the layer touches flint or mpmath.
 
 import math
 import sys
+from fractions import Fraction
 
 import numpy as np
 
@@ -305,6 +306,27 @@ def ball_from_arb(mat):
     return (p1, p2), r
 
 
+def near_ball_from_arb(mat):
+    """((p1, p2), d): float64 arrays with |x - (p1 + p2)| <= d for every point x of each ball of the
+    python-flint arb_mat (of any precision); None when an entry is not finite. p1 = float() of each ball,
+    p2 = float() of the rest mat - p1 (Arb, at the working precision: a ball holding every x - p1), and
+    d = float() of an upper bound of |x - p1 - p2| (Arb's `abs_upper` of the balls (mat - p1) - p2) one
+    `nextafter` step up (float() is Arb's correctly rounded arf_get_d)."""
+    import flint
+
+    m, n = mat.nrows(), mat.ncols()
+    if not all(x.is_finite() for x in mat.entries()):
+        return None
+    p1 = np.array([float(x) for x in mat.entries()], dtype=np.float64).reshape(m, n)
+    rest = mat - flint.arb_mat(m, n, p1.ravel().tolist())
+    p2 = np.array([float(x) for x in rest.entries()], dtype=np.float64).reshape(m, n)
+    left = rest - flint.arb_mat(m, n, p2.ravel().tolist())
+    d = np.nextafter(np.array([float(x.abs_upper()) for x in left.entries()], dtype=np.float64), np.inf)
+    if not (np.isfinite(p1).all() and np.isfinite(p2).all() and np.isfinite(d).all()):
+        return None
+    return (p1, p2), d.reshape(m, n)
+
+
 def mpf_ends(rows):
     """Each entry of rows of mpmath iv.mpf intervals as (lo mantissa, lo exponent, hi mantissa, hi exponent),
     exact signed ints. ValueError when an interval is not finite."""
@@ -400,3 +422,53 @@ def to_mpf_rows(bounds) -> list:
     n = lo[0].shape[1]
     a, b = exact(lo), exact(hi)
     return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]
+
+
+TRIM_BITS = 24     # a centre's second part keeps this many significant bits (`trimmed`)
+
+
+def trimmed(parts, sq):
+    """(p1, p2') and sq': the two-part centre with p2 cut to TRIM_BITS significant bits (fewer digits for
+    every later product), each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) max |p2 - p2'|)^2
+    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots). The cut is
+    exact: frexp, a scaling by 2^TRIM_BITS, trunc and the scaling back, where p2's exponent is above -1000
+    (below it p2 is kept: nothing is dropped); p2 - p2' is p2's dropped low bits, a float, so exact."""
+    p1, p2 = parts
+    frac, e = np.frexp(p2)
+    keep = np.where(e > -1000, np.ldexp(np.trunc(np.ldexp(frac, TRIM_BITS)), e - TRIM_BITS), p2)
+    drop = np.abs(p2 - keep).max(axis=1, initial=0.0).tolist()
+    n = p2.shape[1]
+    return (p1, keep), [(s, n * Fraction(d) ** 2) for s, d in zip(sq, drop)]
+
+
+# --- a point result as a two-part centre and its rounding radius (the forward pass's way out) ----------
+
+def split_centre(x: Exact):
+    """((c1, c2), sq) for the exact point product x: float64 parts with c1 + c2 = c exactly (the lower
+    end of `split_bounds`) and, per row i, an exact Fraction sq[i] >= ||x_i - c_i||_2^2; None when a part
+    would leave the float range.
+
+    Why. `_fine_total` gives Z with x 2^-exp in [Z - below, Z + above] (exp = e_row_i + e_col_j, one
+    `below` and `above` per row chunk), and `_split_words` returns c1 + c2 = (Z - below) 2^exp exactly,
+    so |x_ij - c_ij| <= (below + above) 2^(e_row_i + e_col_j) and ||x_i - c_i||^2 <= (below + above)^2
+    4^e_row_i sum_j 4^e_col_j, summed over the few distinct exponents exactly."""
+    out = [np.zeros(x.shape) for _ in range(2)]
+    col = Fraction(0)
+    for e, count in zip(*np.unique(x.col_scale, return_counts=True)):
+        col += int(count) * Fraction(4) ** int(e)
+    sq = []
+    step = max(1, CACHE_CHUNK // max(1, x.shape[1]))
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        low = _fine_total(x, rows)
+        if low is None:
+            return None
+        hi_word, lo_word, e_row, e_col, below, above = low
+        exp = e_row[:, None] + e_col[None, :] + np.zeros(hi_word.shape, np.int64)
+        parts = _split_words(*_normalise(hi_word, lo_word - below), exp, False)
+        if parts is None:
+            return None
+        out[0][rows], out[1][rows] = parts
+        width = (below + above) ** 2 * col
+        sq += [width * Fraction(4) ** int(e) for e in e_row.tolist()]
+    return tuple(out), sq

@@ -14,7 +14,7 @@ from fractions import Fraction
 import flint
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_rounding import ball_from_arb, ends_from_arb, to_arb_mat
+from tcert.checker.exact_rounding import ball_from_arb, ends_from_arb, near_ball_from_arb, to_arb_mat
 from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end, fixed_end
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
@@ -116,6 +116,9 @@ class FlintBackend(Backend):
 
     def _native_ball(self, data):
         return ball_from_arb(data) if data.nrows() and data.ncols() else None
+
+    def _near_ball(self, data):
+        return near_ball_from_arb(data) if data.nrows() and data.ncols() else None
 
     def _col_bounds(self, m, groups):
         """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points

@@ -18,9 +18,9 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import operator_norms
-from tcert.checker.error_balls import (Rows, add, enclosures, exact_rows, gated, head_output, heads_output, linear,
-                                       linear_heads, nonlinear, normalise, rotate_rows, softmax, take)
-from tcert.checker.interval import Backend, IMat
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, gated, head_output, heads_output, linear,
+                                       linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, take)
+from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
 __all__ = ["Weights", "last_logits", "final_residual", "final_state", "softmax", "attn_divisor", "layer_norm",
@@ -65,6 +65,16 @@ class Weights:
         """W_O of all heads stacked: (n_heads * d_head, d_model)."""
         t = self.model.tensors[name]
         return self._cached((name, "stacked"), lambda: self.B.array(np.concatenate(list(t), axis=0)))
+
+    def affine(self, name: str, bias: str, concat: bool = False) -> IMat:
+        """[W; b] as one point matrix: tensor `name` (per-head tensors side by side with `concat`) with the
+        bias `bias` as its last row, for the exact layer's x W + b (`error_balls.exact_affine`)."""
+        def make():
+            t = self.model.tensors[name]
+            w = np.concatenate(list(t), axis=1) if concat else np.asarray(t)
+            b = np.asarray(self.model.tensors[bias]).reshape(1, -1)
+            return self.B.array(np.vstack([w.astype(np.float64), b.astype(np.float64)]))
+        return self._cached((name, "affine", bias), make)
 
     def vec(self, name: str, head: int | None = None) -> list:
         """A bias or LN vector as a list of interval scalars."""
@@ -250,7 +260,15 @@ def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows
     None)."""
     if prefix is None:
         return X
-    w, w_max = W.vec(prefix + ".w"), W.max_abs(prefix + ".w")
+    w_max, t = W.max_abs(prefix + ".w"), W.model.tensors
+    d = X.centre.shape[1]
+    b = None if cfg.has_rms else np.asarray(t[prefix + ".b"], dtype=np.float64).reshape(1, -1)
+    centring = None if cfg.has_rms else W._cached(("centring", d), lambda: B.array(d * np.eye(d) - 1))
+    fast = exact_normalise(B, X, np.asarray(t[prefix + ".w"], dtype=np.float64).reshape(1, -1), b, cfg.eps, w_max,
+                           centring)
+    if fast is not None:
+        return fast
+    w = W.vec(prefix + ".w")
     if cfg.has_rms:
         return normalise(B, X, w, None, cfg.eps, w_max, centred=False)
     return normalise(B, X, w, W.vec(prefix + ".b"), cfg.eps, w_max)
@@ -267,21 +285,59 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     row = (lambda q: q) if where is None else where.__getitem__
 
     def project(X, m, b, hs):
-        return linear_heads(B, X, W.heads_concat(p + m), [W.norm(p + m, h) for h in hs], W.bias(p + b))
+        norms = [W.norm(p + m, h) for h in hs]
+        return (exact_affine(B, X, W.affine(p + m, p + b, True), norms)
+                or linear_heads(B, X, W.heads_concat(p + m), norms, W.bias(p + b)))
 
     qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
     ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
     if where is not None:
         ks, vs = [take(B, x, where) for x in ks], [take(B, x, where) for x in vs]
     if cfg.rotary:
-        pairs = rotary_pairs(cfg)
-        qs = [rotate_rows(B, x, lambda i, row: rotate(row, angles[queries[i]], pairs)) for x in qs]
-        ks = [rotate_rows(B, x, lambda i, row: rotate(row, angles[i], pairs)) for x in ks]
+        qs = rotated(B, qs, angles, list(queries))
+        ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])))
     n, div = ks[0].centre.shape[0], attn_divisor(B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
     out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
+
+
+class Rotary:
+    """The rotary rotations of positions 0..n-1, each made on first use: `angles()`, cos/sin enclosures at
+    the backend's precision (`rotary_angles`: the entry-by-entry rotation), and `exact()`, the exact
+    layer's `Rotation` from enclosures at twice the precision (their widths then add nothing that
+    matters), or None where the layer does not apply."""
+
+    def __init__(self, B: Backend, cfg, n: int):
+        self.B, self.cfg, self.n, self._angles, self._exact = B, cfg, n, None, False
+
+    def angles(self) -> dict:
+        if self._angles is None:
+            self._angles = rotary_angles(self.B, self.cfg, range(self.n))
+        return self._angles
+
+    def exact(self):
+        if self._exact is False:
+            self._exact = None
+            if self.B.exact and self.B.prec <= EXACT_MAX_PREC:
+                fine = make_backend(self.B.name, 2 * self.B.prec)
+                with fine.precision():
+                    angles = rotary_angles(fine, self.cfg, range(self.n))
+                    self._exact = rotation(fine, [angles[p] for p in range(self.n)], rotary_pairs(self.cfg),
+                                           self.cfg.d_head)
+        return self._exact
+
+
+def rotated(B: Backend, heads: list, rotary: Rotary, positions: list) -> list:
+    """Every head's rows (at `positions`) through their rotary rotation, by the exact layer where it
+    applies, else entry by entry."""
+    rot = rotary.exact()
+    fast = [exact_rotate(B, x, rotation_rows(rot, positions)) for x in heads] if rot is not None else []
+    if fast and all(x is not None for x in fast):
+        return fast
+    angles, pairs = rotary.angles(), rotary_pairs(rotary.cfg)
+    return [rotate_rows(B, x, lambda i, row: rotate(row, angles[positions[i]], pairs)) for x in heads]
 
 
 def mlp_output(B: Backend, W: Weights, cfg, layer: int, X: Rows) -> Rows:
@@ -343,7 +399,7 @@ def final_state(B: Backend, model, tokens: list, W: Weights | None = None) -> Ro
     n = len(tokens)
     rows, where = distinct_rows(cfg, tokens)
     X = embed(B, W, cfg, rows)
-    angles = rotary_angles(B, cfg, range(n)) if cfg.rotary else None
+    angles = Rotary(B, cfg, n) if cfg.rotary else None
     for layer in range(cfg.n_layers):
         X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles,
                   where if layer == 0 else None)

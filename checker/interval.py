@@ -294,6 +294,11 @@ class Backend(ABC):
         products; None where the backend has no such form (then `_native_ends`)."""
         return None
 
+    def _near_ball(self, data):
+        """((parts), d): float64 arrays, the parts' exact sum within d of every point of each entry of the
+        native matrix `data` (for the exact layer's rotations); None where the backend has no such form."""
+        return None
+
     # IMat hooks shared by both backends (their native matrices speak the same operators)
     def _matmul(self, a, b):
         """By the exact layer when it is switched on (`exact`), a factor is a point matrix and the

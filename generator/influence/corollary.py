@@ -40,7 +40,7 @@ def corollary_certificate(model, tokens, substitutions: int | None = None, n_min
     info = {"n": n, "predicted": p["predicted"], "gap": p["gap"]}
     if pclaim is None:
         return None, dict(info, reason="near-tie")
-    G, margin = gap_lipschitz(needs["unembed"], p["predicted"]), Fraction(float.fromhex(pclaim["margin"]))
+    G, margin = gap_lipschitz(needs["unembed"](), p["predicted"]), Fraction(float.fromhex(pclaim["margin"]))
 
     def movement(R):   # exactly what the checker will compute from the claim written below
         return gap_movement(R, G, needs["lip_final"], needs, claim["rate"], n, model.config.n_layers)

@@ -110,6 +110,13 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # overwhelm 12; a run of rows accumulated through a view (exact_products._add_block) added exact 2.
 # screen.value_bounds lost an unused unpacking of the tables (accuracy -1).
 # rows.query_view: the per-query (rows, Eq, Dal) brute and refine each built by hand (accuracy -1).
+# Influence at Pythia-160M shape (d_vocab 50304): block 0's value sets and the unembedding's radius over the
+# vocabulary by blocks of tokens instead of 38.6M-ball interval tables (influence/vocabulary.py 157: two passes,
+# bounding box then distances as one more product, LN1 of the embeddings through the exact layer; the tables
+# kept below 2^20 entries; blocks.py / norms.py / __init__.py wiring, the lazy folded unembedding, W_E's row
+# norms by row_squares: +4) added influence 161, and the exact layer's elementwise pieces (exact_backend.py:
+# outer_floats, dyadic_float, _pieces, _sums, max_row_square, widths, scaled_rows_bounds, point_bounds,
+# max_quadratic) exact 76.
 # interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
 # reads the final LN's gain and bias once, not per listed change (influence +1).
 # The local claim's saturation rule for R >= 2: exact_backend.difference_minima / _low_difference, the column
@@ -119,7 +126,17 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # 2^-SCALE rounded outward (fixed_ends), not one Fraction per token (3x faster), and head_view's last-token row by a
 # one-hot product, not V x d rows per head (influence +7). exact_gaps' smallest gap per listed change by
 # difference_minima per row ([y', 1] times [W_U; b_U]), not one interval end per change and token (influence +1).
-BUDGETS = {"kernel": 1938, "exact": 626, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 761}
+# The forward pass on the exact layer (centres held as float64 parts, no Arb entry per activation) added
+# kernel 137 (error_balls.py 108: exact_affine, exact_normalise, Rotation / rotation / rotation_rows,
+# exact_rotate, take and recentre on parts, row_sq_norms from exact squares; forward.py 26: Weights.affine,
+# the Rotary tables at twice the precision, rotated, normalised's exact branch; interval.py / flint_backend.py
+# 3: _near_ball) and exact 146 (exact_products.py 59: entrywise / entrywise_sum, _line_top / _line_digits,
+# row_sums; exact_rounding.py 42: split_centre, near_ball_from_arb; exact_backend.py 45: parts_times_point,
+# point_parts, affine_centres, balls_times_points for points of several parts, times_parts, multi_point,
+# magnitude_of (|W|'s cut from W's), the radius product skipped for points). Centres' second parts cut to
+# 24 bits (exact_rounding.trimmed, error_balls.trimmed_centre) and entrywise sums in float64 while exact added
+# kernel 6 and exact 12; a point of several parts times a point cut whole (exact_backend._times_point) exact 5.
+BUDGETS = {"kernel": 2081, "exact": 865, "prediction": 96, "overwhelm": 732, "accuracy": 1174, "influence": 922}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

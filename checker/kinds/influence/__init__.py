@@ -35,7 +35,7 @@ Reading order (one obligation per constant, docs/influence.md):
 from tcert.checker.envelope import fields
 from tcert.checker.numbers import show
 from tcert.checker.kinds.influence.blocks import block, embedding, unembedding
-from tcert.checker.kinds.influence.sublayers import finite_inputs
+from tcert.checker.kinds.influence.vocabulary import value_sets
 from tcert.checker.kinds.influence.corollary import check_corollary
 from tcert.checker.kinds.influence.local import check_local
 from tcert.checker.kinds.influence.ledger import Claim, Ledger, parse_claim, parse_evidence, require_claim_covers
@@ -46,14 +46,15 @@ __all__ = ["Ledger", "certified_needs", "check", "rate"]
 
 def certified_needs(model, B, ledger, n_max: int, power: int) -> dict:
     """Derive every constant in dependency order through `ledger`; return the smallest claimable C, C_prob,
-    C_abs, C_prob_abs, the final LN's Lipschitz constant lip_final and the folded unembedding M (d x V).
+    C_abs, C_prob_abs, the final LN's Lipschitz constant lip_final and a function returning the folded
+    unembedding M (d x V).
 
     `ledger.const(name, bound)` returns the value to use for constant `name` (a Fraction): the checker's
     Ledger requires the claimed value >= bound() and returns the claimed one; the generator passes a ledger
     that records a value instead, so its constants are exactly what this derivation accepts."""
     cfg = model.config
     state = embedding(B, ledger, model, n_max)
-    finite = finite_inputs(B, model) if cfg.positional_embedding_type != "standard" else None
+    finite = value_sets(B, model) if cfg.positional_embedding_type != "standard" else None
     for layer in range(cfg.n_layers):
         state = block(B, ledger, model, layer, state, n_max, power, finite)
     ln, radius, M = unembedding(B, ledger, model, state)
@@ -78,7 +79,7 @@ def check(model, claim, evidence, B, ob):
     require_claim_covers(ob, stated, needs)
     ob.summary = summary(cfg, stated)
     if "corollary" in claim:
-        ob.summary += check_corollary(model, B, ob, claim["corollary"], stated, needs["lip_final"], needs["unembed"])
+        ob.summary += check_corollary(model, B, ob, claim["corollary"], stated, needs["lip_final"], needs["unembed"]())
 
 
 def summary(cfg, stated: Claim) -> str:

@@ -13,6 +13,7 @@ from tcert.checker.forward import attn_divisor, kv_head
 from tcert.checker.modelfile import kv_names
 from tcert.checker.kinds.influence.norms import max_row_dist, max_row_dists
 from tcert.checker.kinds.influence.rates import cap_factor, rest_cap, row_cap
+from tcert.checker.kinds.influence.vocabulary import unembedding_ball
 from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_norm_map, mlp,
                                                      score_bounds, shift, value_ball)
 
@@ -63,13 +64,18 @@ def embedding(B, ld, model, n_max: int) -> Induction:
 
 def unembedding(B, ld, model, final: Induction) -> tuple:
     """Step 8: (the final LN as its reader sees it, max_k ||M[:,k] - c|| for M = P diag(w) W_U (W_U
-    without a final LN; c the bounding-box midpoint of its columns), M (d x V))."""
+    without a final LN; c the bounding-box midpoint of its columns), a function returning M (d x V)).
+    By blocks of the vocabulary where the fold is exact (`vocabulary.unembedding_ball`), else from M."""
     cfg, t = model.config, model.tensors
     ln = layer_norm_map(B, ld, model, "ln_final" if cfg.final_ln else None, "ln_final", final.bound, final.reach)
-    M = fold(B, ln, t["unembed.W_U"]).T
-    lo, hi = M.col_bounds()
-    radius = ld.const("unembed.radius", lambda: max_row_dist(B, M, [B.num((a + b) / 2) for a, b in zip(lo, hi)]))
-    return ln, radius, M.T
+    ball = unembedding_ball(B, model, ln)
+    if ball is not None:
+        radius = ld.const("unembed.radius", lambda: ball[1])
+    else:
+        M = fold(B, ln, t["unembed.W_U"]).T
+        lo, hi = M.col_bounds()
+        radius = ld.const("unembed.radius", lambda: max_row_dist(B, M, [B.num((a + b) / 2) for a, b in zip(lo, hi)]))
+    return ln, radius, lambda: fold(B, ln, t["unembed.W_U"])
 
 
 # --- attention ---------------------------------------------------------------------------------------
@@ -90,8 +96,8 @@ def head(B, ld, model, layer, h, ln: LNMap, n_max, power, finite) -> Head:
     kappa = ld.const(name + "kappa", lambda: rest_cap(B, n_max, width)) if causal and layer > 0 else None
     Mv = fold(B, ln, kv["W_V"])
     c0 = shift(B, ln, kv["W_V"], kv["b_V"]) @ B.array(t[p + "W_O"][h])
-    raw = (kv["W_V"], kv["b_V"], t[p + "W_O"][h])
-    centre, radius, vo = value_ball(B, ld, name, ln, [Mv, t[p + "W_O"][h]], c0, power, finite, raw)
+    values = None if finite is None else finite[h]
+    centre, radius, vo = value_ball(B, ld, name, ln, [Mv, t[p + "W_O"][h]], c0, power, values)
     vl = ld.const(name + "vl", lambda: vo * ln.lip) if vo is not None else Fraction(0)   # block 0: E_0 = 0
     k_query = ld.const(name + "K_query", lambda: ln.lip * per_query / scale)
     k_key = ld.const(name + "K_key", lambda: ln.lip * per_key / scale)

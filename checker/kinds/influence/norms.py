@@ -55,7 +55,12 @@ def row_dists(B, arr, center) -> list:
 
 
 def max_row_dist(B, arr, center=None) -> Fraction:
-    """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array."""
+    """Upper bound of max_r ||arr[r] - center||_2 (center None: 0) over the rows of a 2-D array (a stored
+    float16/32 array's row norms by `row_squares`, VECTOR_ROWS rows at a time)."""
+    if center is None and not hasattr(arr, "backend") and np.asarray(arr).dtype in EXACT_DTYPES:
+        arr = np.asarray(arr)
+        top = max(B.upper(g) for s in range(0, arr.shape[0], VECTOR_ROWS) for g in row_squares(B, arr[s:s + VECTOR_ROWS]))
+        return B.upper(B.sqrt(B.num(max(top, Fraction(0)))))
     return max_row_dists(B, arr, [center])[0]
 
 

@@ -13,10 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.forward import Weights, act_lipschitz, activation, layer_norm
-from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, max_row_dist,
-                                                 min_centred_norms, operator_norm, product_norm, row_dists,
-                                                 scaled_rows,
-                                                 vector_norm)
+from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, min_centred_norms,
+                                                 operator_norm, product_norm, row_dists, scaled_rows, vector_norm)
 
 
 class LNMap(NamedTuple):
@@ -155,19 +153,16 @@ def score_bounds(B, ld, name, ln: LNMap, Mq, Mk, q0, k0, power, rotary: bool) ->
     return score, spread, per_query, per_key
 
 
-def value_ball(B, ld, name, ln: LNMap, M, c0, power, finite, raw) -> tuple:
+def value_ball(B, ld, name, ln: LNMap, M, c0, power, finite) -> tuple:
     """(centre, radius, ||M|| or None) of the set of a head's values w = u W_V W_O + b_V W_O: the image c0 + g M
     of the g-ball (M = P diag(w) W_V W_O, c0 = b W_V W_O + b_V W_O), or with `finite` (block 0, position-free
-    residuals: the normalised embeddings) the set itself, about its bounding box's midpoint; raw: the head's
-    stored (W_V, b_V, W_O)."""
+    residuals: the normalised embeddings) the set itself, `finite` its (centre, radius) from
+    `vocabulary.value_sets`."""
     if finite is None:
         ov = ld.const(name + "VO", lambda: operator_norm(B, M, power))
         return c0.rows()[0], ld.const(name + "value_radius", lambda: ov * ln.radius), ov
-    W_V, b_V, W_O = (B.array(a) for a in raw)
-    vals = finite @ (W_V @ W_O) + B.matrix([(b_V @ W_O).rows()[0]] * finite.shape[0])
-    lo, hi = vals.col_bounds()
-    centre = [B.num((a + b) / 2) for a, b in zip(lo, hi)]
-    return centre, ld.const(name + "value_radius", lambda: max_row_dist(B, vals, centre)), None
+    centre, radius = finite
+    return centre, ld.const(name + "value_radius", lambda: radius), None
 
 
 def finite_inputs(B, model):

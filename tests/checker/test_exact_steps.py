@@ -1,0 +1,296 @@
+"""The forward pass's steps on the exact layer (error_balls.exact_affine, exact_normalise, exact_rotate, and
+head_output on centres held as float64 parts) and the exact primitives under them (exact_products.entrywise
+/ row_sums, exact_rounding.split_centre / near_ball_from_arb, exact_backend.magnitude_of / times_parts):
+every enclosure holds the 200-bit images of points of the input balls, every exact result equals its
+Fraction, and no step's radius is wider than the entry-by-entry step it replaces."""
+
+from fractions import Fraction
+
+import flint
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from mpmath.ctx_mp import MPContext
+
+from tcert.checker import error_balls as E
+from tcert.checker import exact_backend, exact_products, exact_rounding
+from tcert.checker import operator_norms as N
+from tcert.checker.forward import rotary_pairs, rotate
+from tcert.checker.interval import IMat, make_backend
+
+REF = MPContext()
+REF.prec = 200
+SEEDS = st.integers(0, 2 ** 31)
+EPS = st.sampled_from([Fraction(0), Fraction(1, 2 ** 40), Fraction(1, 1000)])
+
+
+def mp(x: Fraction):
+    return REF.mpf(x.numerator) / x.denominator
+
+
+def centre(B, rows) -> list:
+    """The exact centre rows of an error ball as Fractions (parts summed, or native points)."""
+    parts = exact_backend.multi_point(rows.centre)
+    if parts is not None:
+        return [[sum((Fraction(float(p[i, j])) for p in parts), Fraction(0)) for j in range(parts[0].shape[1])]
+                for i in range(parts[0].shape[0])]
+    out = []
+    for row in rows.centre.rows():
+        assert all(B.lower(x) == B.upper(x) for x in row)
+        out.append([B.lower(x) for x in row])
+    return out
+
+
+def inside(B, out, i, image):
+    """The 200-bit image lies within row i's radius of its exact centre; returns distance / radius."""
+    c = centre(B, out)[i]
+    r = REF.sqrt(REF.fsum((REF.mpf(y) - mp(x)) ** 2 for x, y in zip(c, image)))
+    assert r <= mp(out.eps[i]) * (1 + REF.mpf(2) ** -100) + REF.mpf(2) ** -190, (float(r), float(out.eps[i]))
+    return r / mp(out.eps[i]) if out.eps[i] else 0
+
+
+def point_rows(B, rng, m, d, eps, scale=1.0, parts=2):
+    """m rows held as float64 parts (their sum the exact centre), each with radius eps."""
+    c = rng.standard_normal((m, d)) * scale
+    ps = (c,) + tuple(c * 2.0 ** (-55 * (t + 1)) * rng.standard_normal((m, d)) for t in range(parts - 1))
+    return E.Rows(IMat(B, None, (m, d), (ps, ps)), [eps] * m)
+
+
+def perturbed(B, X, i, eps, v):
+    """Row i's exact centre moved by eps (1 - 2^-150) along v (200 bits)."""
+    c = [mp(x) for x in centre(B, X)[i]]
+    v = [REF.mpf(float(x)) for x in v]
+    n = REF.sqrt(REF.fsum(x * x for x in v))
+    return [a + x / n * mp(eps) * (1 - REF.mpf(2) ** -150) for a, x in zip(c, v)] if n else c
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, eps=EPS, shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 3), st.integers(1, 4)))
+def test_exact_affine_ball_holds_images_and_is_no_wider(seed, eps, shape):
+    """x W_h + b_h per head from centres of two parts: the images of perturbed points inside (the top
+    singular direction nearly attains the bound); every radius <= linear_heads' on the same rows."""
+    m, k, heads, dh = shape
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    W = (rng.standard_normal((k, heads * dh)) * 0.7).astype(np.float32)
+    b = rng.standard_normal(heads * dh).astype(np.float32)
+    X = point_rows(B, rng, m, k, eps)
+    norms = [N.operator_norm(W[:, h * dh:(h + 1) * dh]) for h in range(heads)]
+    with B.precision():
+        out = E.exact_affine(B, X, B.array(np.vstack([W, b[None, :]]).astype(np.float64)), norms)
+        old = E.linear_heads(B, E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, X)]), X.eps),
+                             B.array(W), norms, B.array(b).rows()[0])
+    Wm = [[REF.mpf(float(x)) for x in row] for row in W]
+    for h in range(heads):
+        top = np.linalg.svd(W[:, h * dh:(h + 1) * dh].astype(np.float64))[0][:, 0]
+        for i in range(m):
+            assert out[h].eps[i] <= old[h].eps[i]
+            ratios = []
+            for v in (rng.standard_normal(k), top):
+                x = perturbed(B, X, i, eps, v)
+                ratios.append(inside(B, out[h], i, [REF.fsum(x[r] * Wm[r][j] for r in range(k)) + REF.mpf(float(b[j]))
+                                                    for j in range(h * dh, (h + 1) * dh)]))
+            assert ratios[1] > 0.9 or eps < Fraction(1, 2 ** 30)
+
+
+def exact_norm_row(x, w, b, eps_ln, centred):
+    d = len(x)
+    mean = REF.fsum(x) / d if centred else 0
+    u = [a - mean for a in x]
+    s = REF.sqrt(REF.fsum(a * a for a in u) / d + mp(eps_ln))
+    return [a / s * REF.mpf(float(wi)) + (REF.mpf(float(bi)) if b is not None else 0) for a, wi, bi in
+            zip(u, w, b if b is not None else w)]
+
+
+@pytest.mark.parametrize("centred", [True, False])
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, eps=EPS, d=st.integers(2, 12), spread=st.sampled_from([1e-3, 1.0, 10.0]))
+def test_exact_normalise_ball_holds_images(centred, seed, eps, d, spread):
+    """LayerNorm / RMSNorm from centres of one or two parts (d not a power of two included): images of
+    random and worst-direction points inside; the radius within 2^-30 of `normalise`'s plus 2^-100."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    eps_ln = Fraction(1, 100000)
+    w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(d)).astype(np.float32) if centred else None
+    X = point_rows(B, rng, 2, d, eps, spread, parts=1 + seed % 2)
+    cen = B.array(d * np.eye(d) - 1) if centred else None
+    with B.precision():
+        out = E.exact_normalise(B, X, w.astype(np.float64)[None, :], None if b is None else b.astype(np.float64)[None, :],
+                                eps_ln, N.max_abs(w), cen)
+        native = E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, X)]), X.eps)
+        old = E.normalise(B, native, B.array(w).rows()[0], None if b is None else B.array(b).rows()[0], eps_ln,
+                          N.max_abs(w), centred)
+    for i in range(2):
+        assert out.eps[i] <= old.eps[i] * (1 + Fraction(1, 2 ** 30)) + Fraction(1, 2 ** 100)
+        c = np.asarray([float(x) for x in centre(B, X)[i]])
+        u = c - (c.mean() if centred else 0)
+        worst = np.zeros(d)
+        worst[int(np.argmax(np.abs(w)))] = 1
+        worst -= worst.mean() if centred else 0
+        worst -= (worst @ u) / (u @ u) * u if u @ u > 0 else 0
+        for v in (rng.standard_normal(d), worst if np.any(worst) else rng.standard_normal(d)):
+            inside(B, out, i, exact_norm_row(perturbed(B, X, i, eps, v), w, b, eps_ln, centred))
+
+
+@pytest.mark.parametrize("adjacent", [True, False])
+@settings(max_examples=10, deadline=None)
+@given(seed=SEEDS, eps=EPS, m=st.integers(1, 5), half=st.integers(1, 3), extra=st.integers(0, 2))
+def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, seed, eps, m, half, extra):
+    """Rotary rotations (adjacent and split pairs, columns no pair rotates) at positions up to 5000: the
+    200-bit rotation of perturbed points inside; every radius <= rotate_rows' at the backend's precision."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    dh = 2 * half + extra
+
+    class Cfg:
+        rotary, rotary_dim, rotary_adjacent_pairs, d_head = True, 2 * half, adjacent, dh
+    pairs = rotary_pairs(Cfg)
+    pos = rng.integers(0, 5000, m).tolist()
+    theta = [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
+    X = point_rows(B, rng, m, dh, eps)
+    fine = make_backend("flint", 128)
+    with fine.precision():
+        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
+                                for p in pos], pairs, dh)
+    with B.precision():
+        out = E.exact_rotate(B, X, rot)
+        cs = [([B.cos(B.num(p * t)) for t in theta], [B.sin(B.num(p * t)) for t in theta]) for p in pos]
+        native = E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, X)]), X.eps)
+        old = E.rotate_rows(B, native, lambda i, row: rotate(row, cs[i], pairs))
+    for i in range(m):
+        assert out.eps[i] <= old.eps[i]
+        x = perturbed(B, X, i, eps, rng.standard_normal(dh))
+        y = list(x)
+        for j, (i1, i2) in enumerate(pairs):
+            a = mp(pos[i] * theta[j])
+            y[i1] = x[i1] * REF.cos(a) - x[i2] * REF.sin(a)
+            y[i2] = x[i2] * REF.cos(a) + x[i1] * REF.sin(a)
+        inside(B, out, i, y)
+
+
+def exact_head(q, K, V, div, visible):
+    s = [REF.fsum(a * b for a, b in zip(q, K[r])) / div for r in range(visible)]
+    e = [REF.exp(x - max(s)) for x in s]
+    return [REF.fsum(e[r] / REF.fsum(e) * V[r][t] for r in range(visible)) for t in range(len(V[0]))]
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=SEEDS, eps=EPS, n=st.integers(1, 6), dh=st.integers(1, 4))
+def test_head_output_on_centres_held_as_parts(seed, eps, n, dh):
+    """One attention head whose queries, keys and values are held as two float64 parts (the scores and
+    the pattern times the values by the layer's products of several parts): images of perturbed points
+    inside."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    Q, K, V = (point_rows(B, rng, n, dh, eps) for _ in range(3))
+    visible = [i + 1 for i in range(n)]
+    with B.precision():
+        out = E.head_output(B, Q, K, V, B.num(Fraction(3, 2)), visible)
+    for i in range(n):
+        q = perturbed(B, Q, i, eps, rng.standard_normal(dh))
+        Kp = [perturbed(B, K, r, eps, rng.standard_normal(dh)) for r in range(n)]
+        Vp = [perturbed(B, V, r, eps, rng.standard_normal(dh)) for r in range(n)]
+        inside(B, out, i, exact_head(q, Kp, Vp, mp(Fraction(3, 2)), visible[i]))
+
+
+# --- the primitives -------------------------------------------------------------------------------------
+
+def wide(rng, shape):
+    """float64 values with zeros, subnormals and exponent spreads up to 2^+-600."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-600, 600, (1, 1))) * np.exp2(rng.integers(-40, 40, shape))
+    x[rng.random(shape) < 0.2] = 0.0
+    x[rng.random(shape) < 0.05] = 5e-324 * rng.integers(1, 9)
+    return x
+
+
+def frac(parts, i, j):
+    return sum((Fraction(float(p[i if p.shape[0] > 1 else 0, j if p.shape[1] > 1 else 0])) for p in parts), Fraction(0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 5), n=st.integers(1, 7))
+def test_entrywise_products_and_row_sums_are_exact(seed, m, n):
+    """diag(a) X diag(w) and X * Y + Z * S (parts, zeros, subnormals, spreads): split_centre's centre
+    within its radius of the Fraction value, the radius tight; row_sums of X * X the exact squared norms."""
+    rng = np.random.default_rng(seed)
+    X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
+    a, w = (rng.standard_normal((m, 1)),), (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
+    Y, Z, S = (rng.standard_normal((m, n)),), (wide(rng, (m, n)),), (rng.standard_normal((m, n)),)
+    def peak(f, i):
+        return max(abs(frac(f, i if f[0].shape[0] > 1 else 0, j)) for j in range(n))
+
+    for got, value, scale in (
+            (exact_products.entrywise([X, a], [w]), lambda i, j: frac(X, i, j) * frac(a, i, 0) * frac(w, 0, j),
+             lambda i: 2 * peak(X, i) * peak(a, i) * peak(w, 0)),
+            (exact_products.entrywise_sum([([X, Y], []), ([Z, S], [])]),
+             lambda i, j: frac(X, i, j) * frac(Y, i, j) + frac(Z, i, j) * frac(S, i, j),
+             lambda i: 2 * max(peak(X, i), peak(Z, i)) * max(peak(Y, i), peak(S, i)))):
+        split = exact_rounding.split_centre(got)
+        if split is None:        # a part beyond the float range: declined
+            continue
+        (c1, c2), sq = split
+        for i in range(m):
+            err = sum((value(i, j) - Fraction(float(c1[i, j])) - Fraction(float(c2[i, j]))) ** 2 for j in range(n))
+            assert err <= sq[i] <= max(err, (scale(i) * Fraction(1, 2 ** 90)) ** 2 * n)   # tight to the row's scale
+    sums = exact_products.row_sums(exact_products.entrywise([X, X]))
+    assert sums == [sum(frac(X, i, j) ** 2 for j in range(n)) for i in range(m)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, bits=st.sampled_from([16, 19, 22]))
+def test_the_magnitude_cut_is_the_cut_of_the_magnitudes(seed, bits):
+    """magnitude_of(cut(W)) has exactly the digits, lines and bounds of cut(|W|) on the same scales."""
+    rng = np.random.default_rng(seed)
+    w = wide(rng, (int(rng.integers(1, 30)), int(rng.integers(1, 20))))
+    top = np.frexp(np.abs(w).max(axis=0, initial=0.0))[1].astype(np.int64)
+    got, want = exact_backend.magnitude_of(exact_products.cut_cols(w, bits, top)), exact_products.cut_cols(np.abs(w), bits, top)
+    assert len(got.digits) == len(want.digits) and got.bound == want.bound
+    assert all(np.array_equal(x, y) for x, y in zip(got.digits, want.digits))
+    assert all(np.array_equal(x, y) for x, y in zip(got.index, want.index))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), k=st.integers(1, 20), n=st.integers(1, 5), ball=st.booleans())
+def test_products_with_a_point_of_several_parts_enclose_200_bit_points(seed, m, k, n, ball):
+    """A native ball matrix (or a point) times a point held as two parts: the result holds the exact
+    product at 200-bit points of the balls (a mutant without the radius term is caught)."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    p = (rng.standard_normal((k, n)), rng.standard_normal((k, n)) * 2.0 ** -60)
+    right = IMat(B, None, (k, n), (p, p))
+    mids = rng.standard_normal((m, k))
+    with B.precision():
+        tiny = B.num(Fraction(1, 2 ** 20)) * B.interval(Fraction(-1), Fraction(1)) if ball else B.num(0)
+        left = B.matrix([[B.num(float(x)) + tiny for x in row] for row in mids])
+        got = left @ right
+        assert got.ends is not None
+        rows = got.rows()
+        for _ in range(3):
+            t = [[Fraction(float(x)) + (Fraction(int(rng.integers(-2 ** 30, 2 ** 30)), 2 ** 50) if ball else 0)
+                  for x in row] for row in mids]
+            for i in range(m):
+                for j in range(n):
+                    exact = sum(t[i][l] * (Fraction(float(p[0][l, j])) + Fraction(float(p[1][l, j]))) for l in range(k))
+                    assert B.lower(rows[i][j]) <= exact <= B.upper(rows[i][j])
+
+
+def test_a_mutant_without_the_radius_term_is_caught(monkeypatch):
+    """balls_times_points without r |W|: the test above's check fails on a ball."""
+    real = exact_backend.balls_times_points
+    monkeypatch.setattr(exact_backend, "balls_times_points", lambda mid, rad, wh, mg: real(mid, 0 * rad, wh, None))
+    with pytest.raises(AssertionError):
+        test_products_with_a_point_of_several_parts_enclose_200_bit_points.hypothesis.inner_test(
+            seed=3, m=2, k=5, n=2, ball=True)
+
+
+def test_near_ball_from_arb_holds_every_point():
+    """p1 + p2 within d of every point of 128-bit balls (and of exact points); None for inf."""
+    flint.ctx.prec = 128
+    try:
+        third = flint.arb(1) / 3
+        m = flint.arb_mat(2, 2, [third, third * flint.arb(10) ** 30, flint.arb(2) ** -1070, flint.arb(0)])
+        (p1, p2), d = exact_rounding.near_ball_from_arb(m)
+        for i, x in enumerate(m.entries()):
+            r, c = divmod(i, 2)
+            centre = flint.arb(float(p1[r, c])) + flint.arb(float(p2[r, c]))
+            assert (x - centre).abs_upper() <= flint.arb(float(d[r, c]))
+        assert d[0, 0] < 2.0 ** -100 and d[1, 1] == np.nextafter(0.0, 1.0)
+        assert exact_rounding.near_ball_from_arb(flint.arb_mat(1, 1, [flint.arb("inf")])) is None
+    finally:
+        flint.ctx.prec = 64
