@@ -371,6 +371,58 @@ def column_bounds(ends, groups: int) -> list:
     return [(fractions(lo), fractions(hi)) for lo, hi in column_extremes(ends, groups)]
 
 
+def _low_difference(a, c):
+    """A float64 <= a - c exactly, entrywise (a, c float64 arrays): TwoSum (Knuth) gives s + e = a - c
+    exactly in round-to-nearest when nothing overflows (checked: Rejected otherwise), so s is a lower bound when e >= 0 and the
+    float below s is one when e < 0 (s is a - c rounded to nearest: a - c lies above that float)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a - c
+        back = s - a
+        e = (a - (s - back)) + (-c - back)
+    if not (np.isfinite(s).all() and np.isfinite(e).all()):
+        raise Rejected("finite enclosure", "a difference of two product entries is not finite")
+    return np.where(e < 0, np.nextafter(s, -np.inf), s)
+
+
+def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = False) -> list:
+    """Per column b of x @ w (x an IMat, w a point IMat): an exact Fraction <= min_r ((x w)[r, k] - (x w)[r, b])
+    (per_row: per row r, one <= min_(b != k) ((x w)[r, k] - (x w)[r, b]); w needs two columns or more).
+    In blocks of `rows` rows, each block's product is exact (`ball_times_point` / `interval_times_point`) and
+    rounded outward once (`split_bounds`, else `float_bounds`); an entry of column k is then >= its lower
+    end's floor part and one of column b <= its upper end's (both one part, or two in split form: lo2 >= 0,
+    hi2 <= 0), so the floor of column k minus the ceiling of column b bounds the difference below
+    (`_low_difference`); the minimum over rows and blocks is exact. Rejected when an entry is not finite."""
+    if not is_point(w):
+        raise Rejected("finite enclosure", "the unembedding is not a finite point matrix")
+    bits, m = bits_for(x.shape[1]), x.shape[0]
+    ball = backend._native_ball(x.data) if x.ends is None else None
+    ends = None if ball is not None else _interval(x, backend._native_ends)
+    if ball is None and ends is None:
+        raise Rejected("finite enclosure", "a matrix entry is not finite")
+    best = None
+    for start in range(0, m, rows):
+        cut = slice(start, start + rows)
+        if ball is not None:
+            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], sum_cut(w, bits),
+                                     sum_cut(w, bits, magnitude=True))
+        else:
+            lo = tuple(p[cut] for p in ends[0])
+            exact = interval_times_point(lo, lo if ends[1] is ends[0] else tuple(p[cut] for p in ends[1]),
+                                         *_cuts(w, False, bits))
+        if exact is None:
+            raise Rejected("finite enclosure", "a matrix entry is not finite")
+        out = split_bounds(exact) or tuple((e,) for e in float_bounds(exact))
+        low, high = out
+        _require(len(low) == 1 or ((low[1] >= 0).all() and (high[1] <= 0).all()), "ends not in split form")
+        diff = _low_difference(low[0][:, k:k + 1], high[0])
+        if per_row:
+            diff[:, k] = np.inf
+            best = diff.min(axis=1) if best is None else np.concatenate([best, diff.min(axis=1)])
+        else:
+            best = diff.min(axis=0) if best is None else np.minimum(best, diff.min(axis=0))
+    return [Fraction(v) for v in best.tolist()]
+
+
 SQUARE_RANGE = 400    # pieces' products stay exact while every nonzero magnitude is within 2^-400 .. 2^400
 
 

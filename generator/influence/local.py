@@ -12,9 +12,8 @@ from tcert.generator import certificate
 from tcert.generator.influence.ledger import round_up
 from tcert.generator.prediction import prediction_claim
 
-# Past this many competitors (R >= 2) or exactly evaluated single changes (R = 1) the search stops: each costs
-# V x heads (a competitor) or d x (heads + V) (a change) interval operations.
-MAX_COMPETITORS = 512
+# Past this many exactly evaluated single changes (R = 1) the search stops: each costs d x (heads + V)
+# interval operations.
 MAX_EXACT = 20000
 
 
@@ -26,24 +25,47 @@ def fits_one(B, model, base, gs, k):
     return all(g > 0 for g in exact_gaps(B, model, base, k, changes)), changes
 
 
-def fits(B, base, gs, k, G, R):
-    """(holds, competitors) for R >= 2: exactly what the checker computes, listing every competitor whose gap
-    the coarse rule G lip_f D cannot keep positive (None when there are more than MAX_COMPETITORS)."""
-    move = G * movement(base, R)
-    cands = [b for b in range(len(gs)) if b != k and gap_floor(B, base, gs[b], Fraction(0), 0) - move <= 0]
-    if len(cands) > MAX_COMPETITORS:
-        return False, None
-    if not cands:
-        return True, []
-    w, unorms = projections(B, base, k, cands)
-    deltas = multi_floors(B, base, w, unorms, R)
-    return all(gap_floor(B, base, gs[b], d, R) > 0 for b, d in zip(cands, deltas)), cands
+class Directions:
+    """For R >= 2: the projections of every competitor b != k (`projections`, computed once, on first use)."""
+
+    def __init__(self, B, model, base, k):
+        self.B, self.model, self.base, self.k, self.w = B, model, base, k, None
+
+    def fits(self, gs, G, R):
+        """(holds, competitors): exactly what the checker computes, listing every competitor whose gap the
+        coarse rule G lip_f D cannot keep positive."""
+        B, base, k = self.B, self.base, self.k
+        move = G * movement(base, R)
+        cands = [b for b in range(len(gs)) if b != k and gap_floor(B, base, gs[b], Fraction(0), 0) - move <= 0]
+        if not cands:
+            return True, []
+        if self.w is None:
+            self.w = projections(B, self.model, base, k, [b for b in range(len(gs)) if b != k])
+        at = [b - (b > k) for b in cands]   # b's index among the competitors b != k
+        w = [([mins[i] for i in at], [[row[i] for i in at] for row in rows]) for mins, rows in self.w[0]]
+        deltas = multi_floors(B, base, w, [self.w[1][i] for i in at], R)
+        return all(gap_floor(B, base, gs[b], d, R) > 0 for b, d in zip(cands, deltas)), cands
+
+
+def largest(holds, lo: int, hi: int) -> int:
+    """The largest R in [lo, hi] with holds(R) (lo - 1 when none), for holds decreasing in R: hi first (saturated
+    heads often certify every position), then a binary search."""
+    if lo <= hi and holds(hi):
+        return hi
+    hi -= 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return hi
 
 
 def local_certificate(model, tokens, substitutions: int | None = None, backend: str = "flint"):
-    """(certificate or None, info). substitutions None: the largest R the local bound allows, trying R = 1, 2,
-    ... until one fails (R = 0 still certifies the single-change bounds); None when the prediction is a
-    near-tie or the requested R fails."""
+    """(certificate or None, info). substitutions None: the largest R the local bound allows (R >= 2 by the
+    direction rule, searched first since it implies R = 1; else R = 1 by exact single changes; R = 0 still
+    certifies the single-change bounds); None when the prediction is a near-tie or the requested R fails."""
     supported(model.config)
     B, n = make_backend(backend), len(tokens)
     pclaim, p = prediction_claim(model, tokens)
@@ -55,28 +77,26 @@ def local_certificate(model, tokens, substitutions: int | None = None, backend: 
     G = round_up(max_row_dist(B, columns, columns.rows()[k]))
     gs = gaps(B, model, base, k)
     info.update(change=float(base["change"]), change_prob=float(base["change_prob"]))
-    one, changes = fits_one(B, model, base, gs, k) if n > 1 else (False, None)
+    directions, found = Directions(B, model, base, k), {}
 
     def attempt(R):
-        if R == 1:
-            return one, []
-        return fits(B, base, gs, k, G, R) if 2 <= R <= n - 1 else (R == 0, [])
+        if R not in found:
+            found[R] = (fits_one(B, model, base, gs, k) if R == 1 else directions.fits(gs, G, R) if 2 <= R <= n - 1
+                        else (R == 0, []))
+        return found[R]
     if substitutions is None:
-        R, competitors = 0, []
-        while R < n - 1:
-            ok, cands = attempt(R + 1)
-            if not ok:
-                break
-            R, competitors = R + 1, cands
+        R = largest(lambda R: attempt(R)[0], 2, n - 1)
+        if R < 2:
+            R = 1 if n > 1 and attempt(1)[0] else 0
         info["max_R"] = R
     else:
         R = substitutions
-        ok, competitors = attempt(R)
-        if not ok:
-            return None, dict(info, reason=f"R = {R} is not certifiable locally")
+    ok, listed = attempt(R)
+    if not ok:
+        return None, dict(info, reason=f"R = {R} is not certifiable locally")
     local = {"prediction": pclaim, "change": certificate.num(float(round_up(base["change"]))),
              "change_prob": certificate.num(float(round_up(base["change_prob"]))), "substitutions": R,
-             "gap_lipschitz": certificate.num(float(G)), "competitors": competitors,
-             "exact_changes": changes if R == 1 else []}
-    info.update(R=R, competitors=len(competitors), exact_changes=len(local["exact_changes"]))
+             "gap_lipschitz": certificate.num(float(G)), "competitors": listed if R >= 2 else [],
+             "exact_changes": listed if R == 1 else []}
+    info.update(R=R, competitors=len(local["competitors"]), exact_changes=len(local["exact_changes"]))
     return certificate.envelope("influence", model, {"local": local}, {}), info

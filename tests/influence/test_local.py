@@ -25,6 +25,7 @@ MODELS = {
     "rotary-parallel": dict(rotary=True, parallel=True, d_head=4),
     "nope-attnonly-bidir": dict(nope=True, attn_only=True, attention="bidirectional", ln=True),
     "nope-parallel-noLN": dict(nope=True, parallel=True, ln=False, final_ln=False),
+    "rotary-sharp": dict(rotary=True, parallel=True, d_head=4, scale=0.8, seed=6),   # R = 4 by saturation
 }
 
 
@@ -43,7 +44,8 @@ def test_exhaustive_local_soundness(tmp_path, name):
     for every R, every set of R substitutions moves every logit gap l_k - l_j by <= G movement(R), and leaves
     it >= the per-competitor floor (`multi_floors`, every j listed); every single change's smallest gap is
     >= `exact_gaps` (met to 1e-9: the rule is exact) and > 0 where the safety radius screens it (rigorous Arb
-    at 100 bits); the bounds are not vacuous (the worst single change reaches 5%)."""
+    at 100 bits); the bounds are not vacuous (the worst single change reaches 5%; on the sharp model every
+    competitor's floor stays > 0 for every R: the heads saturate)."""
     path, model = tiny(tmp_path, **MODELS[name])
     B = make_backend("flint", 100)
     W = Weights(B, model)
@@ -56,7 +58,7 @@ def test_exhaustive_local_soundness(tmp_path, name):
     from tcert.checker.kinds.influence.norms import max_row_dist
     G = max_row_dist(make_backend("flint"), columns, columns.rows()[k])
     B0, cands = make_backend("flint"), [j for j in range(3) if j != k]
-    gs, (w, unorms) = gaps(B0, model, parts, k), projections(B0, parts, k, cands)
+    gs, (w, unorms) = gaps(B0, model, parts, k), projections(B0, model, parts, k, cands)
     worst = Fraction(0)
     pairs = [[j, t] for j in range(len(x) - 1) for t in range(3)]
     exact = {(j, t): g for (j, t), g in zip(pairs, exact_gaps(B0, model, parts, k, pairs))}
@@ -64,6 +66,7 @@ def test_exhaustive_local_soundness(tmp_path, name):
     for R in range(1, len(x)):
         bound = G * movement(parts, R)
         floors = {b: gap_floor(B0, parts, gs[b], d, R) for b, d in zip(cands, multi_floors(B0, parts, w, unorms, R))}
+        assert name != "rotary-sharp" or min(floors.values()) > 0, (R, floors)
         for S in itertools.combinations(range(len(x) - 1), R):
             for toks in itertools.product(range(3), repeat=R):
                 x2 = list(x)
@@ -85,11 +88,42 @@ def test_exhaustive_local_soundness(tmp_path, name):
     assert worst > Fraction(1, 20)
 
 
+@pytest.mark.parametrize("backend", ["flint", "mpmath"])
+def test_difference_minima_bound_the_column_differences_exactly(backend):
+    """exact_backend.difference_minima: per column b, a lower bound of min_r ((x w)[r, k] - (x w)[r, b]) (and per
+    row r, of min_(b != k)) within 1e-12 of the exact value, for an interval x (a ball, several row blocks) and a point x (ends); Rejected
+    when the point factor is not finite."""
+    import numpy as np
+    from tcert.checker.exact_backend import difference_minima
+    rng, B = np.random.default_rng(3), make_backend(backend)
+    X, W = rng.normal(size=(37, 5)), rng.normal(size=(5, 9)).astype(np.float32)
+    for x in (B.array(X) @ B.array(rng.normal(size=(5, 5))), B.array(X)):
+        for k in (0, 4):
+            got, rows = difference_minima(x, B.array(W), k, B, rows=8), (x @ B.array(W)).rows()
+            for b in range(9):
+                lows = [B.lower(r[k] - r[b]) for r in rows]
+                highs = [B.upper(r[k] - r[b]) for r in rows]
+                assert got[b] <= min(lows) and min(highs) - got[b] < Fraction(1, 10 ** 12), (k, b)
+            got = difference_minima(x, B.array(W), k, B, rows=8, per_row=True)   # per row, over b != k
+            for r, row in enumerate(rows):
+                low = min(B.lower(row[k] - row[b]) for b in range(9) if b != k)
+                high = min(B.upper(row[k] - row[b]) for b in range(9) if b != k)
+                assert got[r] <= low and high - got[r] < Fraction(1, 10 ** 12), (k, r)
+    W[1, 2] = np.inf
+    with pytest.raises(Rejected, match="finite"):
+        difference_minima(B.array(X), B.array(W), 0, B)
+    with pytest.raises(Rejected, match="a difference of two product entries is not finite"):   # overflow
+        difference_minima(B.array(np.full((3, 2), 1e308)), B.array(np.array([[4.0, -4.0], [4.0, -4.0]])), 0, B)
+
+
 def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_path):
-    path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
+    """R = 3 of at most 4 (R = 4 is refused), both competitors along their own direction (the saturation rule of
+    `multi_floors`; the coarse rule G lip_f D fails for each): dropping either is REJECTED, malformed lists are
+    BadInput, every claimed number is checked, both backends agree."""
+    path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=8)
     x = [2, 2, 2, 2, 2]
     cert, info = local_certificate(model, x)
-    assert cert is not None and info["R"] == 3 and cert["claim"]["local"]["competitors"] == [0], info
+    assert cert is not None and info["R"] == 3 and cert["claim"]["local"]["competitors"] == [1, 2], info
     import json
     import jsonschema
     from tcert.testing import ROOT
@@ -115,11 +149,12 @@ def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_pa
         bad["claim"]["local"]["substitutions"] = info["R"] + 1
         with pytest.raises(Rejected, match="R changes cannot close the gap"):
             verify(bad, path)
-    bad = copy.deepcopy(cert)   # the listed competitor left to the coarse rule G lip_f D: its gap is too small
-    bad["claim"]["local"]["competitors"] = []
-    with pytest.raises(Rejected, match="competitor 0 \\(not listed\\)"):
-        verify(bad, path)
-    for competitors in ([0, 0], [0, info["predicted"]], [0, 3], ["0"], 0):
+    for kept, dropped in ((2, 1), (1, 2)):   # a listed competitor left to the coarse rule G lip_f D: its gap is too small
+        bad = copy.deepcopy(cert)
+        bad["claim"]["local"]["competitors"] = [kept]
+        with pytest.raises(Rejected, match=f"competitor {dropped} \\(not listed\\): G\\*lip\\*movement = "):
+            verify(bad, path)
+    for competitors in ([1, 1], [1, info["predicted"]], [1, 3], ["1"], 1):
         bad["claim"]["local"]["competitors"] = competitors
         with pytest.raises(BadInput, match="claim.local.competitors"):
             verify(bad, path)
@@ -176,7 +211,7 @@ def test_local_refusals(tmp_path):
 
 def test_local_cli(tmp_path, capsys):
     from tcert.generator.cli import main
-    path, _ = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
+    path, _ = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=8)
     out = str(tmp_path / "local.json")
     assert main(["influence", "--model", path, "--local", "--tokens", "2,2,2,2,2", "--out", out]) == 0
     assert "survives any 3" in capsys.readouterr().out

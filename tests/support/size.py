@@ -119,6 +119,13 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # max_quadratic) exact 76.
 # interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
 # reads the final LN's gain and bias once, not per listed change (influence +1).
+# The local claim's saturation rule for R >= 2: exact_backend.difference_minima / _low_difference, the column
+# minima of row-wise differences of x W_U for every competitor at once, TwoSum-exact, Rejected on overflow, per column or per row (exact +38);
+# local.projections reads them and x's own values, multi_floors the saturated head, exact_gaps forms o' from the
+# sums without key j, cost.py the V x V product per head (influence +22). position_bounds in Python integers at
+# 2^-SCALE rounded outward (fixed_ends), not one Fraction per token (3x faster), and head_view's last-token row by a
+# one-hot product, not V x d rows per head (influence +7). exact_gaps' smallest gap per listed change by
+# difference_minima per row ([y', 1] times [W_U; b_U]), not one interval end per change and token (influence +1).
 # The forward pass on the exact layer (centres held as float64 parts, no Arb entry per activation) added
 # kernel 137 (error_balls.py 108: exact_affine, exact_normalise, Rotation / rotation / rotation_rows,
 # exact_rotate, take and recentre on parts, row_sq_norms from exact squares; forward.py 26: Weights.affine,
@@ -137,7 +144,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # split by runs (accuracy +10). Under plain counting (every weight 1, no max_at_least) the cubic cases' and mixed
 # entries' weight is their input count, without a Distribution.case per entry (accuracy +1). The unclaimed hints
 # bounded in total (MAX_UNCLAIMED_DIGITS: bounded memory for a hostile certificate; uint8 digits) (accuracy +4).
-BUDGETS = {"kernel": 2081, "exact": 827, "prediction": 96, "overwhelm": 732, "accuracy": 1204, "influence": 892}
+BUDGETS = {"kernel": 2081, "exact": 865, "prediction": 96, "overwhelm": 732, "accuracy": 1204, "influence": 922}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -17,9 +17,10 @@ def cost(cfg, claim, evidence):
     tokens = at(claim, "corollary", "prediction", "tokens")
     local = at(claim, "local", "prediction", "tokens")
     if local is not None:   # the local rule: every token's exp-score and its ~20 exact operations per head and position;
-        n = length(local)   # per exact change ~6 H d operations and a 1 x d by d x V product, per competitor H V d
+        n = length(local)   # per exact change ~6 H d operations and a 1 x d by d x V product; with competitors one
         ex, comp = length(at(claim, "local", "exact_changes")), length(at(claim, "local", "competitors"))
-        work = 20 * H * n * v + MATRIX * (2 * H * v * d * dh + ex * d * v + comp * H * v * d) + 6 * ex * H * d
-        return Cost(work, MATRIX_BYTES * (3 * v * d + ex * v + comp * H * v) + 2 * SCALAR_BYTES * H * v,
+        work = 20 * H * n * v + MATRIX * (2 * H * v * d * dh + ex * d * v + (comp > 0) * H * v * v * d) \
+            + 6 * ex * H * d + 8 * H * n * comp   # V x d by d x V product per head (512-row blocks), ~8 per position
+        return Cost(work, MATRIX_BYTES * (3 * v * d + ex * v + 8 * 512 * v) + SCALAR_BYTES * (2 * H * v + 2 * H * n * comp),
                     f"this local influence certificate (n = {n})") + forward(cfg, n)
     return total + forward(cfg, length(tokens)) if tokens is not None else total

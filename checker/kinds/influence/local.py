@@ -17,10 +17,13 @@ of x, so nothing else moves.
 
 from fractions import Fraction
 
+import numpy as np
+
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
+from tcert.checker.exact_backend import difference_minima
 from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
-from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists, vector_norm
+from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
@@ -48,7 +51,8 @@ def head_view(B, model, tokens, h, X_all, div) -> dict:
     lo, hi = vals.col_bounds()
     r = max_row_dist(B, vals, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
     keys = X_all @ B.array(t[p + "W_K"][h]) + B.matrix([B.array(t[p + "b_K"][h]).rows()[0]] * X_all.shape[0])
-    q = (B.matrix([X_all.rows()[tokens[-1]]]) @ B.array(t[p + "W_Q"][h]) + B.array(t[p + "b_Q"][h])).rows()[0]
+    last = B.array(np.eye(X_all.shape[0])[[tokens[-1]]]) @ X_all    # the last token's row (a one-hot product)
+    q = (last @ B.array(t[p + "W_Q"][h]) + B.array(t[p + "b_Q"][h])).rows()[0]
     cfg, pairs = model.config, rotary_pairs(model.config)
     if pairs:   # q R_(n-1) . R_j k = (R_(-j) R_(n-1) q) . k: rotate the query, not the V keys
         ang = rotary_angles(B, cfg, [n - 1] + [-j for j in range(n)])
@@ -61,7 +65,8 @@ def head_view(B, model, tokens, h, X_all, div) -> dict:
     Z = B.fsum(e)
     o = [B.fsum(e[i] * val_rows[tokens[i]][c] for i in range(n)) / Z for c in range(len(val_rows[0]))]
     return {"r": r, "e_lo": [B.lower(x) for x in e], "e_hi": [B.upper(x) for x in e], "keys": keys, "qs": qs,
-            "shift": shift, "div": div, "dist": row_dists(B, vals, o), "e": e, "Z": Z, "vals": vals, "o": o}
+            "shift": shift, "div": div, "dist_fixed": [(x * (1 << SCALE)).__ceil__() for x in row_dists(B, vals, o)],
+            "e": e, "Z": Z, "vals": vals, "o": o}
 
 
 def exp_scores(B, v, j) -> list:
@@ -69,20 +74,28 @@ def exp_scores(B, v, j) -> list:
     return [B.exp(s / v["div"] - v["shift"]) for s in (B.matrix([v["qs"][j]]) @ v["keys"].T).rows()[0]]
 
 
+SCALE = 160   # position_bounds works in integers at 2^-SCALE, each rounded outward (floor of a low end, ceiling of a high one)
+
+
 def position_bounds(B, views, tokens, j, Es) -> tuple:
     """At non-final position j: (the single-change bound max_t sum_h min(old_h, (up(e_j) d_h[x_j] + up(E_t)
     d_h[t]) / (others_j + low(E_t))), per head (up of the best exp-score E, gamma_j = up(e_j) d_h[x_j] +
-    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max); E_t (Es: per head) the exp-score
-    token t would have at j, old_h = 2 r_h max(a_j, a'_j)."""
-    total, per_head = None, []
+    max_t up(E_t) d_h[t]), and per token t the bound N_(j,t) before the max, as an integer at 2^-SCALE); E_t (Es:
+    per head) the exp-score token t would have at j, old_h = 2 r_h max(a_j, a'_j). Python integers (`fixed_ends`),
+    not one Fraction per token: each term is an outward-rounded integer at 2^-SCALE (numerators at 2^-2 SCALE, a
+    ratio's ceiling), so every result is >= the exact rational one."""
+    total, per_head, one = None, [], 1 << SCALE
     for v, E in zip(views, Es):
-        E_lo, E_hi, d = [B.lower(x) for x in E], [B.upper(x) for x in E], v["dist"]
-        others, own, best = sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j] * d[tokens[j]], max(E_hi)
-        old = 2 * v["r"] * max(v["e_hi"][j] / (others + v["e_hi"][j]), best / (others + best))
-        new = [min(old, (own + hi * dt) / (others + lo)) for lo, hi, dt in zip(E_lo, E_hi, d)]
+        (E_lo,), (E_hi,) = B.fixed_ends(B.matrix([E]), SCALE)
+        d, rest, e_j = v["dist_fixed"], sum(v["e_lo"]) - v["e_lo"][j], v["e_hi"][j]
+        best = Fraction(max(E_hi), one)
+        old = (2 * v["r"] * max(e_j / (rest + e_j), best / (rest + best)) * one).__ceil__()
+        others, own = (rest * one).__floor__(), (e_j * one * d[tokens[j]]).__ceil__()   # own: at 2^-2 SCALE
+        new = [min(old, -(-(own + hi * dt) // (others + lo))) if others + lo > 0 else old
+               for lo, hi, dt in zip(E_lo, E_hi, d)]
         total = new if total is None else [a + b for a, b in zip(total, new)]
-        per_head.append((best, own + max(hi * dt for hi, dt in zip(E_hi, d))))
-    return max(total), per_head, total
+        per_head.append((best, Fraction(own + max(hi * dt for hi, dt in zip(E_hi, d)), one * one)))
+    return Fraction(max(total), one), per_head, total
 
 
 def local_parts(B, model, tokens) -> dict:
@@ -156,16 +169,52 @@ def gaps(B, model, parts, k) -> list:
     return [(A[k] - A[b], c[k] - c[b]) for b in range(V)]
 
 
-def projections(B, parts, k, cands) -> list:
-    """Per head, w[t][i] = u_i . (v_t - o) for every token t, u_i = M[:, k] - M[:, cands[i]] (the head's value
-    of t minus its actual output, read along the competitor's gap direction), and upper bounds of ||u_i||."""
-    cols = parts["unembed"].T.rows()
-    U = B.matrix([[a - b for a, b in zip(cols[k], cols[c])] for c in cands]).T
+def projections(B, model, parts, k, cands) -> tuple:
+    """Per head, for each competitor cands[i] with w[t] = u_i . (v_t - o), u_i = M[:, k] - M[:, cands[i]] (a value
+    minus the head's actual output, read along the competitor's gap direction): low(min_t w[t]) over every token
+    (`exact_backend.difference_minima`: the V values times W_U, through P diag(w_final) first with a final LN, so
+    u . v = (v M)[k] - (v M)[b]), and the ends of w[x_j] at x's own tokens (every position). Also up(||u_i||)."""
+    t, n, V = model.tensors, parts["n"], model.config.d_vocab
+    W_U, M = B.array(t["unembed.W_U"]), parts["unembed"]
+    fold = centred_scaled(B, t["ln_final.w"], np.eye(model.config.d_model)) if model.config.final_ln else None
+    pick = B.array(np.eye(V)[parts["tokens"]])      # one-hot rows: x's own values as an n x V by V x d product
     out = []
     for v in parts["views"]:
-        ou = (B.matrix([v["o"]]) @ U).rows()[0]
-        out.append([[p - q for p, q in zip(row, ou)] for row in (v["vals"] @ U).rows()])
-    return out, [vector_norm(B, B.matrix([row])) for row in U.T.rows()]
+        ou = (B.matrix([v["o"]]) @ M).rows()[0]
+        uo = [ou[k] - ou[c] for c in cands]
+        reader = v["vals"] if fold is None else v["vals"] @ fold
+        lows = difference_minima(reader, W_U, k, B)
+        at = [[(B.lower(row[k] - row[c] - d), B.upper(row[k] - row[c] - d)) for c, d in zip(cands, uo)]
+              for row in (pick @ v["vals"] @ M).rows()]
+        out.append(([lows[c] - B.upper(d) for c, d in zip(cands, uo)], at))
+    norms = row_dists(B, M.T, M.T.rows()[k])
+    return out, [norms[c] for c in cands]
+
+
+def multi_floors(B, parts, w, unorms, R) -> list:
+    """Per competitor i: a lower bound of u_i . (y' - y) over any R >= 2 substitutions, per head the largest of:
+    (a) the identity u . (o' - o) = lam s' + (1 - lam) q, lam = U' / (Z_out + U') <= lam_S = T' / (rest + T'), s' an
+    E'-average of w at the new tokens (>= m = min_t w[t]), q = u . (o_out - o) = -sum_S e_j w[x_j] / Z_out, both >=
+    m_x = min_i w[x_i] (o_out averages x's unchanged values) and >= -P / rest (P the R largest up(e_j) w[x_j]^+);
+    linear in lam, so >= min(q_S, lam_S m + (1 - lam_S) q_S) with q_S = max(m_x, -P / rest): the head saturates;
+    (b) -(the R largest d_j) / rest with d_j = up(e_j) w[x_j]^+ + up(E_j) max(-m, 0); (c) -||u_i|| times the
+    head's move (`head_moves`)."""
+    moves, n = head_moves(parts, R), parts["n"]
+    floors = [Fraction(0)] * len(unorms)
+    for (r, e_lo, e_hi, per), (mins, at), move in zip(parts["heads"], w, moves):
+        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
+        T = top([b for b, _ in per], R)
+        lam = T / (rest + T) if rest > 0 else Fraction(1)
+        for i, (m, norm) in enumerate(zip(mins, unorms)):
+            pos = [e_hi[j] * max(at[j][i][1], Fraction(0)) for j in range(n - 1)]
+            q = min(row[i][0] for row in at)
+            best = -move * norm
+            if rest > 0:
+                q = max(q, -top(pos, R) / rest)
+                neg = max(Fraction(0), -m)
+                best = max(best, -top([p + b * neg for p, (b, _) in zip(pos, per)], R) / rest)
+            floors[i] += max(best, min(q, lam * m + (1 - lam) * q))
+    return floors
 
 
 def safety_radius(B, parts, gs, k) -> Fraction:
@@ -183,48 +232,41 @@ def safety_radius(B, parts, gs, k) -> Fraction:
 def unscreened(parts, rho) -> list:
     """The single changes (j, t) whose bound N_(j,t) the radius does not cover: lip_f(change) N_(j,t) >= rho."""
     lip = parts["lip_f"](parts["change"])
-    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if lip * N >= rho]
+    cut = rho / lip * (1 << SCALE) if lip > 0 else None     # lip N >= rho with N = N_int 2^-SCALE
+    return [[j, t] for j, row in enumerate(parts["pair_moves"]) for t, N in enumerate(row) if cut is None or N >= cut]
 
 
 def exact_gaps(B, model, parts, k, pairs) -> list:
     """For each single change (j, t): a lower bound of min_(b != k) l_k - l_b on the changed input, from
-    y' = y + sum_h (E_(j,t) (v_t - o) - e_j (v_(x_j) - o)) / (Z - e_j + E_(j,t)) (exact: only key j moves)."""
+    y' = y + sum_h (o'_h - o_h), o'_h = (sum_(i != j) e_i v_(x_i) + E_(j,t) v_t) / (sum_(i != j) e_i + E_(j,t)) (exact:
+    only key j moves; the sums without key j are formed directly, not as Z - e_j, which loses its relative
+    accuracy when key j dominates, and o' directly, not as o plus the identity's ratio)."""
     cfg, tensors, views, x = model.config, model.tensors, parts["views"], parts["tokens"]
+    if not pairs or cfg.d_vocab < 2:   # (one token: no competitor, nothing to bound)
+        return []
     vals, keys = [v["vals"].rows() for v in views], [v["keys"].rows() for v in views]
+    rests = [[B.fsum(e for i, e in enumerate(v["e"]) if i != j) for j in range(len(x))] for v in views]
+    sums = [[[B.fsum(v["e"][i] * vr[x[i]][c] for i in range(len(x)) if i != j) for c in range(cfg.d_model)]
+             for j in range(len(x) - 1)] for v, vr in zip(views, vals)]
     if cfg.final_ln:
         w = B.array(tensors["ln_final.w"]).rows()[0]
         bias = B.array(tensors["ln_final.b"]).rows()[0] if "ln_final.b" in tensors else [0] * cfg.d_model
     rows = []
     for j, t in pairs:
         y2 = list(parts["y"])
-        for v, vr, kr in zip(views, vals, keys):
+        for v, vr, kr, rest, S in zip(views, vals, keys, rests, sums):
             E = B.exp(B.dot(v["qs"][j], kr[t]) / v["div"] - v["shift"])
-            den = v["Z"] - v["e"][j] + E
-            y2 = [y + (E * (a - o) - v["e"][j] * (c - o)) / den for y, a, c, o in zip(y2, vr[t], vr[x[j]], v["o"])]
+            y2 = [y + (s + E * a) / (rest[j] + E) - o for y, s, a, o in zip(y2, S[j], vr[t], v["o"])]
         if cfg.final_ln:
             mean = B.fsum(y2) / cfg.d_model
             cen = [y - mean for y in y2]
             sigma = B.sqrt(B.fsum(c * c for c in cen) / cfg.d_model + B.num(cfg.eps))
             y2 = [c / sigma * g + b for c, g, b in zip(cen, w, bias)]
         rows.append(y2)
-    logits = (B.matrix(rows) @ B.array(tensors["unembed.W_U"])).rows() if rows else []
-    bU = B.array(tensors["unembed.b_U"]).rows()[0] if "unembed.b_U" in tensors else [B.num(0)] * cfg.d_vocab
-    return [min(B.lower(row[k] + bU[k] - l - c) for b, (l, c) in enumerate(zip(row, bU)) if b != k) for row in logits]
-
-
-def multi_floors(B, parts, w, unorms, R) -> list:
-    """Per competitor i: a lower bound of u_i . (y' - y) over any R >= 2 substitutions: per head, the numerator
-    sum_(j in S) E'_j w[t_j] - e_j w[x_j] >= -sum_(j in S) (e_j w[x_j]^+ + best_j w^-), over rest (as in
-    `head_moves`); never below -||u_i|| times the head's move."""
-    moves, n, tokens = head_moves(parts, R), parts["n"], parts["tokens"]
-    floors = [Fraction(0)] * len(unorms)
-    for (r, e_lo, e_hi, per), v, wh, move in zip(parts["heads"], parts["views"], w, moves):
-        rest = sum(sorted(e_lo[:-1])[:max(n - 1 - R, 0)]) + e_lo[-1]
-        for i, norm in enumerate(unorms):
-            neg = max(Fraction(0), max(-B.lower(row[i]) for row in wh))
-            d = [max(Fraction(0), B.upper(v["e"][j] * wh[tokens[j]][i])) + per[j][0] * neg for j in range(n - 1)]
-            floors[i] -= min(top(d, R) / rest, move * norm) if rest > 0 else move * norm
-    return floors
+    W_U = np.asarray(tensors["unembed.W_U"])   # the bias as one more row, read by a 1 appended to y': [y', 1] [W_U; b_U]
+    bU = np.asarray(tensors["unembed.b_U"]) if "unembed.b_U" in tensors else np.zeros(cfg.d_vocab, W_U.dtype)
+    return difference_minima(B.matrix([row + [B.num(1)] for row in rows]), B.array(np.vstack([W_U, bU[None, :]])), k, B,
+                             per_row=True)
 
 
 def gap_floor(B, parts, gap, delta, R) -> Fraction:
@@ -273,7 +315,7 @@ def survives_one(B, model, ob, fig, needs, k, gs, changes) -> Fraction:
     listed = {(j, t) for j, t in changes}
     for j, t in unscreened(needs, rho):
         ob.require((j, t) in listed, f"change (position {j}, token {t}) not listed: lip_f*N = "
-                                     f"{show(needs['lip_f'](needs['change']) * needs['pair_moves'][j][t])} is not < rho {show(rho)}")
+                                     f"{show(needs['lip_f'](needs['change']) * Fraction(needs['pair_moves'][j][t], 1 << SCALE))} is not < rho {show(rho)}")
     floors = exact_gaps(B, model, needs, k, changes)
     for (j, t), floor in zip(changes, floors):
         ob.require(floor > 0, f"change (position {j}, token {t}): the gap after it is >= {show(floor)}, not > 0")
@@ -295,7 +337,7 @@ def survives(B, model, ob, fig, needs, k, R, G, competitors, changes) -> Fractio
                                   f"{show(floor + move)}")
             worst = floor if worst is None else min(worst, floor)
     if competitors and R >= 2:
-        w, unorms = projections(B, needs, k, competitors)
+        w, unorms = projections(B, model, needs, k, competitors)
         deltas = multi_floors(B, needs, w, unorms, R)
         for b, delta in zip(competitors, deltas):
             floor = gap_floor(B, needs, gs[b], delta, R)
