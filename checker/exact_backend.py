@@ -371,29 +371,53 @@ def column_bounds(ends, groups: int) -> list:
     return [(fractions(lo), fractions(hi)) for lo, hi in column_extremes(ends, groups)]
 
 
-def _low_difference(a, c):
-    """A float64 <= a - c exactly, entrywise (a, c float64 arrays): TwoSum (Knuth) gives s + e = a - c
-    exactly in round-to-nearest when nothing overflows (checked: Rejected otherwise), so s is a lower bound when e >= 0 and the
-    float below s is one when e < 0 (s is a - c rounded to nearest: a - c lies above that float)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = a - c
-        back = s - a
-        e = (a - (s - back)) + (-c - back)
-    if not (np.isfinite(s).all() and np.isfinite(e).all()):
-        raise Rejected("finite enclosure", "a difference of two product entries is not finite")
-    return np.where(e < 0, np.nextafter(s, -np.inf), s)
+def exact_differences(a, b, p: int) -> bool:
+    """Whether every float64 a - b (b broadcast) is exact, for finite values of p-bit mantissas: with
+    |x| < 2^e (frexp, exact) x is a multiple of 2^(e - p) (of 2^-1074 at least), so a - b is a multiple
+    of 2^L, L = min(e_a, e_b) - p, of magnitude below 2^(max(e_a, e_b) + 1): an integer times 2^L below
+    2^53 when max + 1 - L <= 53, a binary64 number, which IEEE-754 subtraction returns exactly. A zero
+    operand makes the difference exact anyway."""
+    ea, eb = np.frexp(a)[1], np.frexp(b)[1]
+    span = np.maximum(ea, eb) + 1 - (np.minimum(ea, eb) - p)
+    return bool(np.all((a == 0) | (b == 0) | (span <= 53)))
+
+
+def column_differences(w, k: int):
+    """w[:, k] 1^T - w as float64 for stored weights w (a float array), or None unless every difference
+    is finite and exact (`exact_differences` with the stored type's mantissa width)."""
+    bits = np.finfo(w.dtype).nmant + 1
+    w64 = w.astype(np.float64)
+    if not (np.isfinite(w64).all() and exact_differences(w64[:, k:k + 1], w64, bits)):
+        return None
+    return w64[:, k:k + 1] - w64
+
+
+def _difference_fallback(x, w, k: int, backend, per_row: bool) -> list:
+    """difference_minima by the backend's own interval arithmetic, for weights whose differences are not
+    exact in float64: the difference matrix as intervals (column k left out per row), then x times it."""
+    V = w.shape[1]
+    rest = np.delete(w, k, axis=1) if per_row else w
+    diff = backend.array(np.repeat(w[:, k:k + 1], rest.shape[1], axis=1)) - backend.array(rest)
+    prod = x @ diff
+    return (prod.T if per_row else prod).col_bounds()[0][: None if per_row else V]
 
 
 def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = False) -> list:
-    """Per column b of x @ w (x an IMat, w a point IMat): an exact Fraction <= min_r ((x w)[r, k] - (x w)[r, b])
-    (per_row: per row r, one <= min_(b != k) ((x w)[r, k] - (x w)[r, b]); w needs two columns or more).
-    In blocks of `rows` rows, each block's product is exact (`ball_times_point` / `interval_times_point`) and
-    rounded outward once (`split_bounds`, else `float_bounds`); an entry of column k is then >= its lower
-    end's floor part and one of column b <= its upper end's (both one part, or two in split form: lo2 >= 0,
-    hi2 <= 0), so the floor of column k minus the ceiling of column b bounds the difference below
-    (`_low_difference`); the minimum over rows and blocks is exact. Rejected when an entry is not finite."""
-    if not is_point(w):
-        raise Rejected("finite enclosure", "the unembedding is not a finite point matrix")
+    """Per column b of x @ w (x an IMat, w a 2-D array of stored weights): an exact Fraction <= min_r
+    ((x w)[r, k] - (x w)[r, b]) (per_row: per row r, one <= min_(b != k) ((x w)[r, k] - (x w)[r, b]); w
+    needs two columns or more). The difference matrix D = w[:, k] 1^T - w is exact in float64
+    (`column_differences`; else `_difference_fallback`), so (x w)[r, k] - (x w)[r, b] = (x D)[r, b]: in
+    blocks of `rows` rows each block's product x D is exact (`ball_times_point` / `interval_times_point`)
+    and rounded outward once (`split_bounds`, else `float_bounds`); the lower end's first part is <= the
+    entry (one part, or two in split form with lo2 >= 0, checked), and a minimum of floats is exact: no
+    rounded operation. Rejected when an entry is not finite."""
+    w = np.asarray(w)
+    if not np.isfinite(w).all():
+        raise Rejected("finite enclosure", "the unembedding is not finite")
+    D = column_differences(w, k)
+    if D is None:
+        return _difference_fallback(x, w, k, backend, per_row)
+    D = backend.array(D)
     bits, m = bits_for(x.shape[1]), x.shape[0]
     ball = backend._native_ball(x.data) if x.ends is None else None
     ends = None if ball is not None else _interval(x, backend._native_ends)
@@ -403,18 +427,17 @@ def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = Fa
     for start in range(0, m, rows):
         cut = slice(start, start + rows)
         if ball is not None:
-            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], sum_cut(w, bits),
-                                     sum_cut(w, bits, magnitude=True))
+            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], sum_cut(D, bits),
+                                     sum_cut(D, bits, magnitude=True))
         else:
             lo = tuple(p[cut] for p in ends[0])
             exact = interval_times_point(lo, lo if ends[1] is ends[0] else tuple(p[cut] for p in ends[1]),
-                                         *_cuts(w, False, bits))
+                                         *_cuts(D, False, bits))
         if exact is None:
             raise Rejected("finite enclosure", "a matrix entry is not finite")
-        out = split_bounds(exact) or tuple((e,) for e in float_bounds(exact))
-        low, high = out
-        _require(len(low) == 1 or ((low[1] >= 0).all() and (high[1] <= 0).all()), "ends not in split form")
-        diff = _low_difference(low[0][:, k:k + 1], high[0])
+        low = (split_bounds(exact) or tuple((e,) for e in float_bounds(exact)))[0]
+        _require(len(low) == 1 or bool((low[1] >= 0).all()), "ends not in split form")
+        diff = low[0].copy()
         if per_row:
             diff[:, k] = np.inf
             best = diff.min(axis=1) if best is None else np.concatenate([best, diff.min(axis=1)])

@@ -368,7 +368,7 @@ def test_exact_differences_only_claims_exact_float64_differences(seed, dtype, sp
     """overwhelm tight's W_U[:, j] - W_U[:, k] is a point matrix only when exact_differences says every
     float64 difference is exact: then each equals the Fraction difference (random weights with zeros,
     subnormals and exponent spreads of 4..300 binades; small spreads of float32 are always exact)."""
-    from tcert.checker.kinds.overwhelm.tight import exact_differences
+    from tcert.checker.exact_backend import exact_differences
     rng = np.random.default_rng(seed)
     with np.errstate(over="ignore"):   # values beyond the dtype's range become inf, then 0 below
         a = (rng.standard_normal((6, 9)) * np.exp2(rng.integers(-spread, spread, (6, 9)).clip(-1070, 1000))).astype(dtype)

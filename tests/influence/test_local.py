@@ -91,29 +91,35 @@ def test_exhaustive_local_soundness(tmp_path, name):
 @pytest.mark.parametrize("backend", ["flint", "mpmath"])
 def test_difference_minima_bound_the_column_differences_exactly(backend):
     """exact_backend.difference_minima: per column b, a lower bound of min_r ((x w)[r, k] - (x w)[r, b]) (and per
-    row r, of min_(b != k)) within 1e-12 of the exact value, for an interval x (a ball, several row blocks) and a point x (ends); Rejected
-    when the point factor is not finite."""
+    row r, of min_(b != k)) within 1e-12 of the exact value, for an interval x (a ball, several row blocks) and a
+    point x (ends), on float32 weights (exact differences) and float64 ones (the interval fallback); Rejected when
+    the weights are not finite."""
     import numpy as np
-    from tcert.checker.exact_backend import difference_minima
+    from tcert.checker.exact_backend import column_differences, difference_minima
     rng, B = np.random.default_rng(3), make_backend(backend)
-    X, W = rng.normal(size=(37, 5)), rng.normal(size=(5, 9)).astype(np.float32)
-    for x in (B.array(X) @ B.array(rng.normal(size=(5, 5))), B.array(X)):
-        for k in (0, 4):
-            got, rows = difference_minima(x, B.array(W), k, B, rows=8), (x @ B.array(W)).rows()
-            for b in range(9):
-                lows = [B.lower(r[k] - r[b]) for r in rows]
-                highs = [B.upper(r[k] - r[b]) for r in rows]
-                assert got[b] <= min(lows) and min(highs) - got[b] < Fraction(1, 10 ** 12), (k, b)
-            got = difference_minima(x, B.array(W), k, B, rows=8, per_row=True)   # per row, over b != k
-            for r, row in enumerate(rows):
-                low = min(B.lower(row[k] - row[b]) for b in range(9) if b != k)
-                high = min(B.upper(row[k] - row[b]) for b in range(9) if b != k)
-                assert got[r] <= low and high - got[r] < Fraction(1, 10 ** 12), (k, r)
+    X, M, W64 = rng.normal(size=(37, 5)), rng.normal(size=(5, 5)), rng.normal(size=(5, 9))
+    W = W64.astype(np.float32)
+    assert column_differences(W, 0) is not None and column_differences(W64, 0) is None
+
+    def exact(a, b):        # the exact product of two matrices of floats or Fractions (lists of Fractions)
+        return [[sum(Fraction(p if isinstance(p, Fraction) else float(p)) * Fraction(float(q)) for p, q in zip(row, col)) for col in zip(*b)] for row in a]
+
+    for weights in (W, W64):
+        for x, xs in ((B.array(X) @ B.array(M), exact(exact(X, M), weights)), (B.array(X), exact(X, weights))):
+            for k in (0, 4):
+                got = difference_minima(x, weights, k, B, rows=8)
+                for b in (b for b in range(9) if b != k):
+                    true = min(r[k] - r[b] for r in xs)
+                    assert got[b] <= true and true - got[b] < Fraction(1, 10 ** 12), (k, b)
+                got = difference_minima(x, weights, k, B, rows=8, per_row=True)   # per row, over b != k
+                for r, row in enumerate(xs):
+                    true = min(row[k] - row[b] for b in range(9) if b != k)
+                    assert got[r] <= true and true - got[r] < Fraction(1, 10 ** 12), (k, r)
     W[1, 2] = np.inf
     with pytest.raises(Rejected, match="finite"):
-        difference_minima(B.array(X), B.array(W), 0, B)
-    with pytest.raises(Rejected, match="a difference of two product entries is not finite"):   # overflow
-        difference_minima(B.array(np.full((3, 2), 1e308)), B.array(np.array([[4.0, -4.0], [4.0, -4.0]])), 0, B)
+        difference_minima(B.array(X), W, 0, B)
+    big = difference_minima(B.array(np.full((3, 2), 1e308)), np.array([[4.0, -4.0], [4.0, -4.0]], np.float32), 0, B)
+    assert big[1] <= 16 * Fraction(1e308)          # past float64's range the bound stays below the exact 1.6e309
 
 
 def test_local_certificate_verifies_backends_agree_and_mutations_rejected(tmp_path):

@@ -174,8 +174,8 @@ def projections(B, model, parts, k, cands) -> tuple:
     minus the head's actual output, read along the competitor's gap direction): low(min_t w[t]) over every token
     (`exact_backend.difference_minima`: the V values times W_U, through P diag(w_final) first with a final LN, so
     u . v = (v M)[k] - (v M)[b]), and the ends of w[x_j] at x's own tokens (every position). Also up(||u_i||)."""
-    t, n, V = model.tensors, parts["n"], model.config.d_vocab
-    W_U, M = B.array(t["unembed.W_U"]), parts["unembed"]
+    t, V = model.tensors, model.config.d_vocab
+    W_U, M = np.asarray(t["unembed.W_U"]), parts["unembed"]
     fold = centred_scaled(B, t["ln_final.w"], np.eye(model.config.d_model)) if model.config.final_ln else None
     pick = B.array(np.eye(V)[parts["tokens"]])      # one-hot rows: x's own values as an n x V by V x d product
     out = []
@@ -265,7 +265,7 @@ def exact_gaps(B, model, parts, k, pairs) -> list:
         rows.append(y2)
     W_U = np.asarray(tensors["unembed.W_U"])   # the bias as one more row, read by a 1 appended to y': [y', 1] [W_U; b_U]
     bU = np.asarray(tensors["unembed.b_U"]) if "unembed.b_U" in tensors else np.zeros(cfg.d_vocab, W_U.dtype)
-    return difference_minima(B.matrix([row + [B.num(1)] for row in rows]), B.array(np.vstack([W_U, bU[None, :]])), k, B,
+    return difference_minima(B.matrix([row + [B.num(1)] for row in rows]), np.vstack([W_U, bU[None, :]]), k, B,
                              per_row=True)
 
 

@@ -183,21 +183,10 @@ def diff_unembed(B, model, k: int, cols: list):
     every one is exact (`exact_differences`), else an interval matrix built with matrix operations."""
     WU = model.tensors["unembed.W_U"]
     a, b = np.asarray(WU[:, cols], dtype=np.float64), np.asarray(WU[:, [k]], dtype=np.float64)
-    if np.isfinite(a).all() and np.isfinite(b).all() and exact_differences(a, b, np.finfo(WU.dtype).nmant + 1):
+    if np.isfinite(a).all() and np.isfinite(b).all() and exact_backend.exact_differences(a, b, np.finfo(WU.dtype).nmant + 1):
         return B.array(a - b)
     outer = B.array(WU[:, [k]]) @ B.array(np.ones((1, len(cols)), dtype=np.float64))
     return B.array(WU[:, cols]) - outer
-
-
-def exact_differences(a, b, p: int) -> bool:
-    """Whether every float64 a - b (b broadcast) is exact, for finite values of p-bit mantissas: with
-    |x| < 2^e (frexp, exact) x is a multiple of 2^(e - p) (of 2^-1074 at least), so a - b is a multiple
-    of 2^L, L = min(e_a, e_b) - p, of magnitude below 2^(max(e_a, e_b) + 1): an integer times 2^L below
-    2^53 when max + 1 - L <= 53, a binary64 number, which IEEE-754 subtraction returns exactly. A zero
-    operand makes the difference exact anyway."""
-    ea, eb = np.frexp(a)[1], np.frexp(b)[1]
-    span = np.maximum(ea, eb) + 1 - (np.minimum(ea, eb) - p)
-    return bool(np.all((a == 0) | (b == 0) | (span <= 53)))
 
 
 def fixed_residual(B, model, W, heads, query: int):
