@@ -119,7 +119,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # max_quadratic) exact 76.
 # interval.shift_out / require_magnitude shared by bounded_end and fixed_end (kernel -2); local.exact_gaps
 # reads the final LN's gain and bias once, not per listed change (influence +1).
-# The local claim's saturation rule for R >= 2: exact_backend.difference_minima / _low_difference, the column
+# The local claim's saturation rule for R >= 2: exact_backend.difference_minima, the column
 # minima of row-wise differences of x W_U for every competitor at once, TwoSum-exact, Rejected on overflow, per column or per row (exact +38);
 # local.projections reads them and x's own values, multi_floors the saturated head, exact_gaps forms o' from the
 # sums without key j, cost.py the V x V product per head (influence +22). position_bounds in Python integers at
