@@ -409,8 +409,7 @@ def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = Fa
     (`column_differences`; else `_difference_fallback`), so (x w)[r, k] - (x w)[r, b] = (x D)[r, b]: in
     blocks of `rows` rows each block's product x D is exact (`ball_times_point` / `interval_times_point`)
     and rounded outward once (`split_bounds`, else `float_bounds`); the lower end's first part is <= the
-    entry (one part, or two in split form with lo2 >= 0, checked), and a minimum of floats is exact: no
-    rounded operation. Rejected when an entry is not finite."""
+    entry (`outer_floats`), and a minimum of floats is exact: no rounded operation. Rejected when an entry is not finite."""
     w = np.asarray(w)
     if not np.isfinite(w).all():
         raise Rejected("finite enclosure", "the unembedding is not finite")
@@ -423,21 +422,18 @@ def difference_minima(x, w, k: int, backend, rows: int = 512, per_row: bool = Fa
     ends = None if ball is not None else _interval(x, backend._native_ends)
     if ball is None and ends is None:
         raise Rejected("finite enclosure", "a matrix entry is not finite")
-    best = None
+    whole = sum_cut(D, bits) if ball is not None else None          # D cut once, not once per block of rows
+    best, cuts = None, (whole, magnitude_of(whole)) if ball is not None else _cuts(D, False, bits)
     for start in range(0, m, rows):
         cut = slice(start, start + rows)
         if ball is not None:
-            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], sum_cut(D, bits),
-                                     sum_cut(D, bits, magnitude=True))
+            exact = ball_times_point(tuple(p[cut] for p in ball[0]), ball[1][cut], *cuts)
         else:
             lo = tuple(p[cut] for p in ends[0])
-            exact = interval_times_point(lo, lo if ends[1] is ends[0] else tuple(p[cut] for p in ends[1]),
-                                         *_cuts(D, False, bits))
+            exact = interval_times_point(lo, lo if ends[1] is ends[0] else tuple(p[cut] for p in ends[1]), *cuts)
         if exact is None:
             raise Rejected("finite enclosure", "a matrix entry is not finite")
-        low = (split_bounds(exact) or tuple((e,) for e in float_bounds(exact)))[0]
-        _require(len(low) == 1 or bool((low[1] >= 0).all()), "ends not in split form")
-        diff = low[0].copy()
+        diff = outer_floats(split_bounds(exact) or float_bounds(exact))[0].copy()
         if per_row:
             diff[:, k] = np.inf
             best = diff.min(axis=1) if best is None else np.concatenate([best, diff.min(axis=1)])
