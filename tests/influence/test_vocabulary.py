@@ -11,7 +11,7 @@ import pytest
 from tcert.checker import exact_backend
 from tcert.checker.forward import kv_head
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence import vocabulary
+from tcert.checker.kinds.influence import norms, vocabulary
 from tcert.checker.kinds.influence.norms import max_row_dist
 from tcert.checker.kinds.influence.sublayers import LNMap, fold
 from tcert.checker.modelfile import kv_names, load_model
@@ -27,6 +27,7 @@ def blockwise(monkeypatch):
     """Force the blockwise route (no tables) with blocks of 7 tokens, so several blocks and a short last one."""
     monkeypatch.setattr(vocabulary, "TABLE_ENTRIES", 0)
     monkeypatch.setattr(vocabulary, "VOCAB_ROWS", 7)
+    monkeypatch.setattr(norms, "VECTOR_ROWS", 7)   # fast_blocks reads the blocks of norms.RowTerms
 
 
 def tiny(tmp_path, key, vocab=23, dtype=None):

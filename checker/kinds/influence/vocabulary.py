@@ -19,10 +19,10 @@ from tcert.checker.errors import Rejected
 from tcert.checker.interval import EXACT_MAX_PREC, IMat
 from tcert.checker.forward import Weights, kv_head, norm_row
 from tcert.checker.kinds.influence.sublayers import finite_inputs
-from tcert.checker.kinds.influence.norms import EXACT_DTYPES, max_row_dist, row_squares, vector_norm
+from tcert.checker.kinds.influence.norms import EXACT_DTYPES, VECTOR_ROWS, RowTerms, max_row_dist, vector_norm
 from tcert.checker.modelfile import kv_names
 
-VOCAB_ROWS = 1024   # tokens per block (bounds memory, not the result)
+VOCAB_ROWS = VECTOR_ROWS   # tokens per block (bounds memory, not the result; the blocks of norms.RowTerms)
 # Up to this many entries (d_vocab x d_model) the sets are interval tables, as before this module: at 64 bits
 # their products round below float64's ulp, so their radii are a few ulps tighter than the blockwise ones
 # (which round each product to float64 once), and certificates made before stay byte-identical.
@@ -134,12 +134,12 @@ def value_inputs(model):
     return W_V, b_V
 
 
-def token_blocks(B, model):
+def token_blocks(B, model, embeds=None):
     """[u W_V + b_V, 1, 1] for the LN1 outputs u of every token (the embeddings without normalisation) and
     the heads' W_V, b_V side by side, VOCAB_ROWS tokens at a time: by `fast_blocks` where it applies, else
     from the LN1 rows as interval scalars (`norm_row`) times [[W_V, 0, 0], [b_V, 1, 1]]."""
     if exact_layernorm(B, model):
-        yield from fast_blocks(B, model)
+        yield from fast_blocks(B, model, embeds)
         return
     cfg, W_E = model.config, model.tensors["embed.W_E"]
     W_V, b_V = value_inputs(model)
@@ -161,13 +161,14 @@ def exact_layernorm(B, model) -> bool:
                 and t["embed.W_E"].dtype in EXACT_DTYPES and np.asarray(t["blocks.0.ln1.w"]).dtype in EXACT_DTYPES)
 
 
-def fast_blocks(B, model):
+def fast_blocks(B, model, embeds=None):
     """`token_blocks` through the exact layer (where `exact_layernorm`), each block as the point of its
     enclosures' lower ends and the largest l2 width of a row (`exact_backend.widths`). For an embedding row x:
     u W_V + b_V = s (x G) + c0 with G = F W_V (F = (d I - 1 1^T) diag(w), exact in float64 as in
     `norms.folded_norm`), s = 1 / (d sigma(x)) from the row's exact sum and squared norm (|P x|^2 = |x|^2 -
     (sum x)^2 / d), c0 = b W_V + b_V; the row scaling and the shift by `exact_backend.scaled_rows_bounds`.
-    A block whose floats leave its range fails closed."""
+    The blocks, squares and sums are `embeds` (norms.RowTerms of W_E, shared with the LayerNorm maps; made
+    here if None). A block whose floats leave its range fails closed."""
     cfg, t = model.config, model.tensors
     W_E, w, d = t["embed.W_E"], t["blocks.0.ln1.w"], cfg.d_model
     W_V, b_V = value_inputs(model)
@@ -175,10 +176,8 @@ def fast_blocks(B, model):
     G_lo = exact_backend.outer_floats(G.ends)[0]
     moved = vector_norm(B, exact_backend.widths(G.ends).ravel())   # >= ||G - G_lo||_F
     c0 = B.array(np.append(t["blocks.0.ln1.b"], 1.0)[None, :]) @ B.array(np.vstack([W_V, b_V]))
-    eps, ones = B.num(cfg.eps), B.array(np.ones((d, 1)))
-    for start in range(0, W_E.shape[0], VOCAB_ROWS):
-        x = W_E[start:start + VOCAB_ROWS]
-        squares, sums = row_squares(B, x), [r[0] for r in (B.array(x) @ ones).rows()]
+    eps = B.num(cfg.eps)
+    for x, squares, sums in (embeds or RowTerms(B, W_E)).blocks():
         s = [1 / (d * B.sqrt(max_zero(B, q - m * m / d) / d + eps)) for q, m in zip(squares, sums)]
         lo, hi = (np.array([exact_backend.dyadic_float(f(v), up) for v in s]) for f, up in ((B.lower, False), (B.upper, True)))
         bounds = exact_backend.scaled_rows_bounds(lo, hi, exact_backend.point_bounds(x.astype(np.float64), G_lo),
@@ -197,16 +196,16 @@ def max_zero(B, x):
     return B.interval(Fraction(0), max(B.upper(x), Fraction(0))) if B.lower(x) < 0 else x
 
 
-def value_sets(B, model) -> list:
+def value_sets(B, model, embeds=None) -> list:
     """Per head of block 0: (centre, radius) of its values {LN1(W_E[t]) W_V W_O + b_V W_O : t}, as the rows
-    of y[:, head's columns] W_O for the blocks y of `token_blocks`."""
+    of y[:, head's columns] W_O for the blocks y of `token_blocks` (embeds: norms.RowTerms of W_E, or None)."""
     cfg, W_O = model.config, model.tensors["blocks.0.attn.W_O"]
     if cfg.d_vocab * cfg.d_model <= TABLE_ENTRIES:
         return table_value_sets(B, model)
     n, dh = cfg.n_heads * cfg.d_head, cfg.d_head
     maps = [(list(range(h * dh, (h + 1) * dh)) + [n, n + 1], np.asarray(W_O[h], dtype=np.float64))
             for h in range(cfg.n_heads)]
-    return centred_balls(B, lambda: token_blocks(B, model), maps)
+    return centred_balls(B, lambda: token_blocks(B, model, embeds), maps)
 
 
 def table_value_sets(B, model) -> list:
