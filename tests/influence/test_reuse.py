@@ -60,19 +60,28 @@ def needs(model, monkeypatch, shared: bool):
     return ld.claimed
 
 
-@pytest.mark.parametrize("arch", ["neox1l", "preln", "llama"])
-def test_shared_terms_give_the_same_constants(tmp_path, monkeypatch, arch):
-    """Every constant of a 2-layer model (parallel or sequential residual, LayerNorm or RMSNorm, rotary) is the
-    same with the shared RowTerms as with each LayerNorm map computing its own minimum; the blockwise value
-    sets (block 0 reads RowTerms' squares and sums) too."""
+@pytest.mark.parametrize("arch,extra", [("neox1l", {}), ("neox1l", {"shared_ln": False}), ("preln", {}), ("llama", {})])
+def test_shared_terms_give_the_same_constants(tmp_path, monkeypatch, arch, extra):
+    """Every constant of a 2-layer model (parallel residual with one or two LayerNorms, sequential; LayerNorm or
+    RMSNorm; rotary) is the same with the shared RowTerms as with each LayerNorm map computing its own minimum;
+    the blockwise value sets (block 0 reads RowTerms' squares and sums) too. A parallel block's two LayerNorm
+    maps read one minimum: one minimum per distinct reach."""
     from tcert.checker.kinds.influence import vocabulary
     monkeypatch.setattr(norms, "VECTOR_ROWS", 7)
     monkeypatch.setattr(vocabulary, "VOCAB_ROWS", 7)
     monkeypatch.setattr(vocabulary, "TABLE_ENTRIES", 0)
     tensors, config = random_model(arch, d_vocab=23, d_model=12, n_heads=2, d_head=4, d_mlp=16, n_layers=2,
-                                   bias_std=0.3, seed=9, n_ctx=16)
+                                   bias_std=0.3, seed=9, n_ctx=16, **extra)
     path = str(tmp_path / "m.safetensors")
     save_model(path, tensors, config)
     model = load_model(path)
-    shared, own = needs(model, monkeypatch, True), needs(model, monkeypatch, False)
-    assert shared == own and ("L1.ln2.lip" in shared or model.config.shared_ln)
+    calls, real = [], norms.centred_minima
+    monkeypatch.setattr(norms, "centred_minima", lambda *a: calls.append(1) or real(*a))
+    shared = needs(model, monkeypatch, True)
+    minima, calls[:] = len(calls), []
+    own = needs(model, monkeypatch, False)
+    cfg = model.config
+    maps = sum(1 for name in shared if name.endswith(".lip") and ".ln" in name or name == "ln_final.lip")
+    distinct = 2 * (1 if cfg.parallel_attn_mlp else 2) + cfg.final_ln     # reaches the LayerNorm maps read
+    assert shared == own and minima == distinct and len(calls) == maps
+    assert maps == 2 * (1 + (not cfg.shared_ln)) + cfg.final_ln
