@@ -146,10 +146,19 @@ def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
 
 def fixed_terms(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
     """F[k, x] >= the fixed rows' terms H[x] - H[m] (`fixed_part` before the max over x != m)."""
-    n = rows.E.shape[0]
-    F = align(rows.Hh[n - 1, q][None, :] - rows.Hl[n - 1, q, ms][:, None], (Eq[ms] - rows.E[n - 1, q])[:, None], True)
+    one = np.zeros(len(ms), dtype=np.int64)
+    return stacked_fixed_terms(Rows(*(a[None] for a in rows)), Eq[None], one, one + q, M, ms)
+
+
+def stacked_fixed_terms(rows: Rows, Eq, at, qs, M, ms) -> np.ndarray:
+    """`fixed_terms` for groups k of several queries at once: rows and Eq stacked over queries (a leading
+    axis), group k reading query qs[k] at index at[k] of the stack."""
+    n = rows.E.shape[1]
+    F = align(rows.Hh[at, n - 1, qs] - rows.Hl[at, n - 1, qs, ms][:, None],
+              (Eq[at, ms] - rows.E[at, n - 1, qs])[:, None], True)
     for i in M:
-        F = F + align(rows.Hh[i, ms] - rows.Hl[i, ms, ms][:, None], (Eq[ms] - rows.E[i, ms])[:, None], True)
+        F = F + align(rows.Hh[at, i, ms] - rows.Hl[at, i, ms, ms][:, None], (Eq[at, ms] - rows.E[at, i, ms])[:, None],
+                      True)
     return F
 
 
