@@ -38,8 +38,8 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part, query_view,
-                                                stacked_fixed_terms, value_tables)
+from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part, stacked_fixed_terms,
+                                                stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
@@ -48,7 +48,7 @@ MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) p
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
-QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`stacked_views`): n d_vocab^2 per query and table
+QUERY_ELEMENTS = 1 << 18      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -312,7 +312,7 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
     """Credit every pattern entry (obligation "accuracy refine: pattern groups"): the summed weight
     numerators of the inputs outside the cubic set K^P that its rule proves correct. The groups with 1 or 2
     free positions are settled per position pattern for many queries at once (`coupled_groups`, on the
-    queries' rows stacked: `stacked_views`, QUERY_ELEMENTS bounds the stack), the others one by one
+    queries' rows stacked: `rows.stacked_view`, QUERY_ELEMENTS bounds the stack), the others one by one
     (`pattern_credit`); rule "e"'s inputs left of one query are decided together (`decided_weight`)."""
     values, weight, tally = value_tables(tables), 0, np.zeros(2, dtype=np.int64)
     n, v = tables["n"], tables["v"]
@@ -323,7 +323,9 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
         queries, step = sorted(by_query), max(1, QUERY_ELEMENTS // (n * v * v))
         for s in range(0, len(queries), step):
-            views = {q: query_view(tables, values, q) for q in queries[s:s + step]}
+            stack = stacked_view(tables, values, queries[s:s + step])
+            views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
+                     for k, q in enumerate(queries[s:s + step])}
             pending, batches = {q: [] for q in views}, {}
             for q in views:
                 for (m, _, P), rule, unclaimed in by_query[q]:
@@ -334,9 +336,8 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
                     w, counted, left = pattern_credit(tables, views[q], (m, q, P), K, (rule, unclaimed), dist)
                     weight, tally[0] = weight + w, tally[0] + counted
                     pending[q] += [left] if left else []
-            stack = stacked_views(views)
             for P, batch in batches.items():
-                w, counted, left = coupled_groups(stack, P, batch, dist)
+                w, counted, left = coupled_groups(stack + ({q: k for k, q in enumerate(views)},), P, batch, dist)
                 weight, tally[0] = weight + w, tally[0] + counted
                 for q, item in left:
                     pending[q].append(item)
@@ -347,15 +348,6 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
         fig["inputs credited by pattern groups"] = int(tally[0])
         fig["inputs decided one by one"] = int(tally[1])
     return weight
-
-
-def stacked_views(views: dict) -> tuple:
-    """(rows, Eq, Dal, index): the `rows.query_view`s of several queries stacked along a leading axis, and
-    each query's index in the stack."""
-    parts = list(views.values())
-    rows = Rows(*(np.stack([r[k] for r, _, _ in parts]) for k in range(len(parts[0][0]))))
-    return rows, np.stack([e for _, e, _ in parts]), np.stack([d for _, _, d in parts]), \
-        {q: k for k, q in enumerate(views)}
 
 
 def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
@@ -372,7 +364,8 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
     if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
-        w, counted, left = coupled_groups(stacked_views({q: query}), P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
+        stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
+        w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
         return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
@@ -404,7 +397,7 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
     """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] of one
-    position pattern P with |P| <= 2 (queries q from the stack of `stacked_views`), every filling of each at
+    position pattern P with |P| <= 2 (queries q from a `rows.stacked_view` and each query's index in it), every filling of each at
     once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays): the top-2 bound
     A[m] + sum_{i in P} Dal[i][t_i, m] < 0 (A as in `rows.fixed_part`) on the grid of fillings below m outside
     K^P (each token axis as long as the chunk's largest m: no filling reaches it); then, for rule "e" only,
