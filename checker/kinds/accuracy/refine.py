@@ -38,8 +38,8 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part, stacked_fixed_terms,
-                                                stacked_view, value_tables)
+from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
+                                                stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
@@ -397,8 +397,9 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
     """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] of one
-    position pattern P with |P| <= 2 (queries q from a `rows.stacked_view` and each query's index in it), every filling of each at
-    once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays): the top-2 bound
+    position pattern P with |P| <= 2 (stack: a `rows.stacked_view` and each query's index in it), every
+    filling of each at once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays,
+    GRID_BANDS chunks by max token at most): the top-2 bound
     A[m] + sum_{i in P} Dal[i][t_i, m] < 0 (A as in `rows.fixed_part`) on the grid of fillings below m outside
     K^P (each token axis as long as the chunk's largest m: no filling reaches it); then, for rule "e" only,
     the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`grid_coupled`; it is never
@@ -461,10 +462,11 @@ def grid_fillings(chunk, ms, k: int, v: int):
 
 def grid_coupled(stack, P, at, ms, F, Dg, rest):
     """Boolean grid (group, t_1, ..., t_k): where `rest` is set, whether the bound of `rows.coupled` proves
-    the filling, coupling one free position p at a time with the fixed rows F[group] (`rows.stacked_fixed_terms`),
-    the others by their top-2 bound (Dg, Dal on the grid): max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) +
-    sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up to Eq[m] (group g's query at index at[g] of the
-    stack). The max over x is taken once per (group, t_p) row that `rest` reaches (t_p < m there)."""
+    the filling, coupling one free position p at a time with the fixed rows F[group]
+    (`rows.stacked_fixed_terms`), the others by their top-2 bound (Dg, Dal on the grid):
+    max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up
+    to Eq[m] (group g's query at index at[g] of the stack; shifts >= 0 since t_p < m). The max over x is
+    taken once per (group, t_p) row that `rest` reaches."""
     rows, Eq = stack
     k = len(P)
     proved = np.zeros(rest.shape, dtype=bool)
