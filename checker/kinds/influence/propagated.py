@@ -120,7 +120,7 @@ def actual_pass(B, model, tokens) -> list:
                                   "dist": row_dists(B, B.matrix(rows[:seen]), o),
                                   "W": c["rv"] + up_norm(B, [a - b for a, b in zip(c["c0"], o)])})
             attn = attn + B.matrix(weights) @ vals
-            heads.append({"kn": [up_norm(B, k) for k in K], "rows": per_query, "Q": Q})
+            heads.append({"kn": [up_norm(B, k) for k in K], "rows": per_query, "Q": Q, "K": K, "vals": rows})
         mid = X + attn
         nu1 = [centred_low(B, r) for r in X.rows()]
         if cfg.attn_only:
@@ -134,37 +134,95 @@ def actual_pass(B, model, tokens) -> list:
     return out
 
 
-def first_block(B, model, st, tokens) -> dict:
-    """Block 0 of a model without a position table, where only key j moves: per (i, j), up to rounding the largest
-    over tokens t of sum_h (up(e_j) dist_j + up(E_t) ||v_t - o||) / (Z_low + low(E_t)) (the 1-layer identity, per
-    query), E_t = exp of query i's score against token t's key rotated to position j; ||v_t - o||^2 = ||v_t||^2 -
-    2 v_t . o + ||o||^2 from one V x n product per head."""
-    cfg, t, n = model.config, model.tensors, len(tokens)
-    finite, p, pairs = finite_inputs(B, model), "blocks.0.attn.", rotary_pairs(cfg)
-    ones, causal = B.array(np.ones((finite.shape[0], 1))), cfg.attention_dir == "causal"
-    wanted = [(i, j) for i in range(n) for j in range(n - 1) if j != i and (i > j or not causal)]
-    ang = rotary_angles(B, cfg, [-j for j in range(n)]) if pairs else None
-    sums = {}
-    for h, (c, hd) in enumerate(zip(st["consts"]["heads"], st["heads"])):
-        keys = finite @ B.array(t[p + "W_K"][h]) + ones @ B.array(t[p + "b_K"][h])
-        vals = finite @ (B.array(t[p + "W_V"][h]) @ B.array(t[p + "W_O"][h])) + ones @ (
-            B.array(t[p + "b_V"][h]) @ B.array(t[p + "W_O"][h]))
-        outs = B.matrix([q["o"] for q in hd["rows"]])
-        dots, sq = (vals @ outs.T).rows(), [r[0] for r in ((vals.map(lambda x: x * x)) @ B.array(np.ones((cfg.d_model, 1)))).rows()]
-        o_sq = [B.fsum(x * x for x in q["o"]) for q in hd["rows"]]
-        queries = [rotate(hd["Q"][i], ang[-j], pairs) if pairs else hd["Q"][i] for i, j in wanted]
-        scores = (B.matrix(queries) @ keys.T).rows()
-        for (i, j), row in zip(wanted, scores):
-            q = hd["rows"][i]
-            low = sum(B.lower(e) for r, e in enumerate(q["e"]) if r != j)
-            own = B.num(B.upper(q["e"][j]) * q["dist"][j])
-            term = []
-            for tok, s in enumerate(row):
-                E = B.exp(s / st["div"] - q["shift"])
-                dist = B.sqrt(B.num(max(B.upper(sq[tok] - 2 * dots[tok][i] + o_sq[i]), Fraction(0))))
-                term.append((own + B.num(B.upper(E)) * dist) / (B.num(low) + B.num(B.lower(E))))
-            sums[i, j] = term if h == 0 else [a + b for a, b in zip(sums[i, j], term)]
-    return {key: max(B.upper(x) for x in v) for key, v in sums.items()}
+def candidates(B, model, states, j: int, cache: dict) -> list:
+    """Position j's possible rows after a change there, per block, as each head's V keys (rotated to j) and values:
+    before block 0 the V embeddings (+ W_pos[j]); in a causal model every later block too, since position j reads
+    only positions < j, which do not move: block l's output at j for each token t, from x's own keys and values
+    there. None where it is not known (bidirectional, after block 0). `cache` keeps what does not depend on j."""
+    cfg, t, V = model.config, model.tensors, model.config.d_vocab
+    W, pairs, out, fixed = Weights(B, model), rotary_pairs(cfg), [], cfg.positional_embedding_type != "standard"
+    C, ones = B.array(t["embed.W_E"]), B.array(np.ones((V, 1)))
+    if not fixed:
+        C = C + ones @ B.array(t["pos_embed.W_pos"][j:j + 1])
+    ang = rotary_angles(B, cfg, [j])[j] if pairs else None
+    for layer, st in enumerate(states):
+        if layer > 0 and cfg.attention_dir != "causal":
+            out.append(None)
+            continue
+        ln1, ln2 = ln_names(cfg, layer)
+        keep = cache if layer == 0 and fixed else {}   # block 0 without positions: the same V rows for every j
+        A, p, heads = remember(keep, "A", lambda: layer_norm(B, C, W, ln1, cfg.eps)), f"blocks.{layer}.attn.", []
+        attn = ones @ B.array(t[p + "b_O"].reshape(1, -1))
+        for h, hd in enumerate(st["heads"]):
+            Q, K, vals, sq, kn = remember(keep, h, lambda: head_rows(B, model, layer, h, A))
+            if pairs:
+                Q, K = ([rotate(r, ang, pairs) for r in M] for M in (Q, K))
+            heads.append({"keys": B.matrix(K), "vals": vals, "sq": sq, "kn": kn})
+            if layer < len(states) - 1:
+                attn = attn + own_rows(B, hd, Q, K, vals, j, st["div"])
+        out.append(heads)
+        if layer < len(states) - 1:
+            mid = C + attn
+            if not cfg.attn_only:
+                mid = mid + (remember(keep, "mlp", lambda: mlp(B, W, cfg, layer, layer_norm(B, C, W, ln2, cfg.eps)))
+                             if cfg.parallel_attn_mlp else mlp(B, W, cfg, layer, layer_norm(B, mid, W, ln2, cfg.eps)))
+            C = mid
+    return out
+
+
+def remember(cache: dict, key, make):
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def head_rows(B, model, layer, h, A) -> tuple:
+    """Head h's queries, keys (unrotated rows), values, ||v||^2 and upper ||k|| for the LN1 output rows A."""
+    t, p, ones = model.tensors, f"blocks.{layer}.attn.", B.array(np.ones((A.shape[0], 1)))
+    Q, K = ((A @ B.array(t[p + m][h]) + ones @ B.array(t[p + b][h])).rows() for m, b in (("W_Q", "b_Q"), ("W_K", "b_K")))
+    vals = (A @ B.array(t[p + "W_V"][h]) + ones @ B.array(t[p + "b_V"][h])) @ B.array(t[p + "W_O"][h])
+    sq = [r[0] for r in (vals.map(lambda x: x * x) @ B.array(np.ones((A.shape[1], 1)))).rows()]
+    kn = [B.upper(B.sqrt(B.num(max(B.upper(r[0]), Fraction(0))))) for r in
+          (B.matrix(K).map(lambda x: x * x) @ B.array(np.ones((len(K[0]), 1)))).rows()]
+    return Q, K, vals, sq, kn
+
+
+def own_rows(B, hd, Q, K, vals, j, div):
+    """Head hd's output at position j for each candidate row: softmax over x's keys before j and its own."""
+    before = (B.matrix(Q) @ B.matrix(hd["K"][:j]).T).rows() if j else [[] for _ in Q]
+    weights, own = [], []
+    for q, k, s in zip(Q, K, before):
+        s = [x / div for x in s] + [B.dot(q, k) / div]
+        top = B.num(max(B.upper(x) for x in s))
+        e = [B.exp(x - top) for x in s]
+        Z = B.fsum(e)
+        weights.append([x / Z for x in e[:j]])
+        own.append(e[j] / Z)
+    mine = B.matrix([[w * x for x in row] for w, row in zip(own, vals.rows())])
+    return mine + B.matrix(weights) @ B.matrix(hd["vals"][:j]) if j else mine
+
+
+def token_rule(B, c, hd, cand, q, i, j, dq, moves, div) -> list:
+    """Per token t at position j: ||o'_h - o_h|| at query i <= min(W, the largest corner of (a + E_w W + E_t D_t) /
+    (Z_low + E_w + E_t)) over E_w in {0, wild exp(top)}, E_t in {0, exp(s_t + dq ||k_t|| / div)}: key j's value is
+    v_t itself (D_t >= ||v_t - o||), its score against the moved query <= q.k_t + dq ||k_t||; a linear-fractional
+    function's largest value on a box is at a corner."""
+    num, low, wild, top = others(B, c, hd, q, j, dq, moves, div)
+    if low <= 0 or (wild and B.upper(top) > 700):
+        return [q["W"]] * cand["keys"].shape[0]
+    a, Wb, Ew = B.num(B.upper(num + q["e"][j] * B.num(q["dist"][j]))), B.num(q["W"]), wild * B.exp(top) if wild else B.num(0)
+    dots, o_sq = (cand["vals"] @ B.matrix([q["o"]]).T).rows(), B.fsum(x * x for x in q["o"])
+    scores, out = (B.matrix([hd["Q"][i]]) @ cand["keys"].T).rows()[0], []
+    for s, d2, kn, dot in zip(scores, cand["sq"], cand["kn"], dots):
+        x = (s + B.num(dq * kn)) / div - q["shift"]
+        if B.upper(x) > 700:
+            out.append(q["W"])
+            continue
+        E, D = B.exp(x), B.sqrt(B.num(max(B.upper(d2 - 2 * dot[0] + o_sq), Fraction(0))))
+        corners = (a / B.num(low), (a + Ew * Wb) / (B.num(low) + Ew), (a + E * D) / (B.num(low) + E),
+                   (a + Ew * Wb + E * D) / (B.num(low) + Ew + E))
+        out.append(min(q["W"], max(B.upper(g) for g in corners)))
+    return out
 
 
 def ln_lip(B, cfg, nu: Fraction, delta: Fraction) -> Fraction:
@@ -176,32 +234,39 @@ def ln_lip(B, cfg, nu: Fraction, delta: Fraction) -> Fraction:
 WILD = 2   # a key whose score may move by more than this is bounded like the changed one (any choice is sound)
 
 
-def head_move(B, c, hd, q, j, dq, moves, div) -> Fraction:
-    """Upper bound of ||o'_h - o_h|| at one query for a change at j (module docstring): q the query's data, hd the
-    head's key norms, dq >= the query's move, moves[r] >= ||g'_r - g_r|| (LN1 outputs). Key j and every key whose
-    score may move by > WILD are "wild": their term is <= E'_r W + e_r dist_r with E'_r <= exp(top), top from
-    ||q'|| key_max."""
+def others(B, c, hd, q, j, dq, moves, div) -> tuple:
+    """At one query, for a change at j (module docstring), the keys r != j: (N + sum over wild r of e_r dist_r,
+    low(Z_low), the number of wild keys, top) with q the query's data, hd the head's key norms, dq >= the query's
+    move, moves[r] >= ||g'_r - g_r|| (LN1 outputs). A key whose score may move by > WILD is "wild": its term is
+    <= E'_r W + e_r dist_r with E'_r <= exp(top), top from ||q'|| key_max."""
     num, den, wild = B.num(0), B.num(0), 0
     for r, e in enumerate(q["e"]):
         dk = c["k"] * moves[r]
-        if r != j and dq == 0 and dk == 0:
+        if r == j:
+            continue
+        if dq == 0 and dk == 0:
             den = den + e
             continue
         eps = B.num(dq * (hd["kn"][r] + dk) + q["qn"] * dk) / div
-        if r == j or B.upper(eps) > WILD:
+        if B.upper(eps) > WILD:
             num, wild = num + e * B.num(q["dist"][r]), wild + 1
             continue
         grow = B.exp(eps)
         num = num + e * (grow * B.num(c["ov"] * moves[r]) + (grow - 1) * B.num(q["dist"][r]))
         den = den + e / grow
-    top, low = B.num((q["qn"] + dq) * c["key_max"]) / div - q["shift"], B.lower(den)
+    return num, B.lower(den), wild, B.num((q["qn"] + dq) * c["key_max"]) / div - q["shift"]
+
+
+def head_move(B, c, hd, q, j, dq, moves, div) -> Fraction:
+    """Upper bound of ||o'_h - o_h|| at one query with key j wild too (its row anywhere in the LN ball)."""
+    num, low, wild, top = others(B, c, hd, q, j, dq, moves, div)
     if low <= 0 or B.upper(top) > 700:   # (N + E W) / (Z_low + E) only approaches W from below as E grows
         return q["W"]
-    E = wild * B.exp(top)
+    E, num = (wild + 1) * B.exp(top), num + q["e"][j] * B.num(q["dist"][j])
     return min(q["W"], max(B.upper(num) / low, B.upper((num + E * B.num(q["W"])) / (B.num(low) + E))))
 
 
-def moved_last(B, cfg, states, j: int, n: int, first) -> list:
+def moved_last(B, cfg, states, j: int, n: int, cands) -> list:
     """For a change at j: per block the largest movement of the positions it computes (the last block: the last
     position only), then the last position's movement after every block: the bound D_j on ||y - y'||."""
     delta, causal, out = [Fraction(0)] * n, cfg.attention_dir == "causal", []
@@ -211,10 +276,12 @@ def moved_last(B, cfg, states, j: int, n: int, first) -> list:
         queries = [n - 1] if layer == len(states) - 1 else [i for i in range(n) if i != j and (i > j or not causal)]
         new = list(delta)
         for i in queries:
-            move = sum(head_move(B, c, hd, hd["rows"][i], j, c["q"] * moves[i], moves, st["div"])
-                       for c, hd in zip(st["consts"]["heads"], st["heads"]))
-            if layer == 0 and first is not None:
-                move = min(move, first[i, j])
+            pairs = list(zip(st["consts"]["heads"], st["heads"]))
+            move = sum(head_move(B, c, hd, hd["rows"][i], j, c["q"] * moves[i], moves, st["div"]) for c, hd in pairs)
+            if cands[layer] is not None:   # position j's rows known: the same token t in every head
+                per = [token_rule(B, c, hd, cand, hd["rows"][i], i, j, c["q"] * moves[i], moves, st["div"])
+                       for (c, hd), cand in zip(pairs, cands[layer])]
+                move = min(move, max(sum(col) for col in zip(*per)))
             mid = delta[i] + move
             if st["consts"]["mlp"] is not None:   # and its output stays in a ball of radius lip sqrt(d)
                 into, lip = delta[i] if cfg.parallel_attn_mlp else mid, st["consts"]["mlp"]
@@ -229,6 +296,6 @@ def moved_last(B, cfg, states, j: int, n: int, first) -> list:
 def propagated_change(B, model, tokens) -> tuple:
     """(change = max_j D_j, per position j its per-block movements and D_j)."""
     states, n = actual_pass(B, model, tokens), len(tokens)
-    first = first_block(B, model, states[0], tokens) if model.config.positional_embedding_type != "standard" else None
-    per = [moved_last(B, model.config, states, j, n, first) for j in range(n - 1)]
+    cache = {}
+    per = [moved_last(B, model.config, states, j, n, candidates(B, model, states, j, cache)) for j in range(n - 1)]
     return (max(p[-1] for p in per) if per else Fraction(0)), per
