@@ -202,7 +202,7 @@ def own_rows(B, hd, Q, K, vals, j, div):
     return mine + B.matrix(weights) @ B.matrix(hd["vals"][:j]) if j else mine
 
 
-def token_rule(B, c, hd, cand, q, i, j, dq, moves, div) -> list:
+def token_rule(B, c, hd, cand, q, row, j, dq, moves, div) -> list:
     """Per token t at position j: ||o'_h - o_h|| at query i <= min(W, the largest corner of (a + E_w W + E_t D_t) /
     (Z_low + E_w + E_t)) over E_w in {0, wild exp(top)}, E_t in {0, exp(s_t + dq ||k_t|| / div)}: key j's value is
     v_t itself (D_t >= ||v_t - o||), its score against the moved query <= q.k_t + dq ||k_t||; a linear-fractional
@@ -211,18 +211,24 @@ def token_rule(B, c, hd, cand, q, i, j, dq, moves, div) -> list:
     if low <= 0 or (wild and B.upper(top) > 700):
         return [q["W"]] * cand["keys"].shape[0]
     a, Wb, Ew = B.num(B.upper(num + q["e"][j] * B.num(q["dist"][j]))), B.num(q["W"]), wild * B.exp(top) if wild else B.num(0)
-    dots, o_sq = (cand["vals"] @ B.matrix([q["o"]]).T).rows(), B.fsum(x * x for x in q["o"])
-    scores, out = (B.matrix([hd["Q"][i]]) @ cand["keys"].T).rows()[0], []
+    (scores, dots), o_sq, out = row, B.fsum(x * x for x in q["o"]), []   # row: q_i . k_t and v_t . o for every t
     for s, d2, kn, dot in zip(scores, cand["sq"], cand["kn"], dots):
         x = (s + B.num(dq * kn)) / div - q["shift"]
         if B.upper(x) > 700:
             out.append(q["W"])
             continue
-        E, D = B.exp(x), B.sqrt(B.num(max(B.upper(d2 - 2 * dot[0] + o_sq), Fraction(0))))
+        E, D = B.exp(x), B.sqrt(B.num(max(B.upper(d2 - 2 * dot + o_sq), Fraction(0))))
         corners = (a / B.num(low), (a + Ew * Wb) / (B.num(low) + Ew), (a + E * D) / (B.num(low) + E),
                    (a + Ew * Wb + E * D) / (B.num(low) + Ew + E))
         out.append(min(q["W"], max(B.upper(g) for g in corners)))
     return out
+
+
+def products(B, hd, cand, queries) -> tuple:
+    """For the queries' rows: every candidate's score q_i . k_t and v_t . o_i, one product each for all queries."""
+    scores = (B.matrix([hd["Q"][i] for i in queries]) @ cand["keys"].T).rows()
+    dots = (B.matrix([hd["rows"][i]["o"] for i in queries]) @ cand["vals"].T).rows()
+    return scores, dots
 
 
 def ln_lip(B, cfg, nu: Fraction, delta: Fraction) -> Fraction:
@@ -274,13 +280,13 @@ def moved_last(B, cfg, states, j: int, n: int, cands) -> list:
         root = st["consts"]["root"]   # an LN output moves by <= lip delta and by <= 2 sqrt(d)
         moves = [min(ln_lip(B, cfg, nu, d) * d, 2 * root) for nu, d in zip(st["nu1"], delta)]
         queries = [n - 1] if layer == len(states) - 1 else [i for i in range(n) if i != j and (i > j or not causal)]
-        new = list(delta)
-        for i in queries:
-            pairs = list(zip(st["consts"]["heads"], st["heads"]))
+        new, pairs = list(delta), list(zip(st["consts"]["heads"], st["heads"]))
+        rows = [products(B, hd, cand, queries) for hd, cand in zip(st["heads"], cands[layer])] if cands[layer] else None
+        for at, i in enumerate(queries):
             move = sum(head_move(B, c, hd, hd["rows"][i], j, c["q"] * moves[i], moves, st["div"]) for c, hd in pairs)
-            if cands[layer] is not None:   # position j's rows known: the same token t in every head
-                per = [token_rule(B, c, hd, cand, hd["rows"][i], i, j, c["q"] * moves[i], moves, st["div"])
-                       for (c, hd), cand in zip(pairs, cands[layer])]
+            if rows is not None:   # position j's rows known: the same token t in every head
+                per = [token_rule(B, c, hd, cand, hd["rows"][i], (r[0][at], r[1][at]), j, c["q"] * moves[i], moves,
+                                  st["div"]) for (c, hd), cand, r in zip(pairs, cands[layer], rows)]
                 move = min(move, max(sum(col) for col in zip(*per)))
             mid = delta[i] + move
             if st["consts"]["mlp"] is not None:   # and its output stays in a ball of radius lip sqrt(d)
