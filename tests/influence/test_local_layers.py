@@ -123,3 +123,15 @@ def test_propagated_refusals(tmp_path):
     bad = certificate.envelope("influence", other_model, cert["claim"], {})
     with pytest.raises(BadInput, match="claim.local: L-layer models need LayerNorm"):
         verify(bad, other)
+
+
+def test_propagated_cli(tmp_path, capsys):
+    """`tcert influence --local` on a 2-layer model: R = 1 written and verified; R = 2 inconclusive (exit 4)."""
+    from tcert.generator.cli import main
+    path, _ = tiny(tmp_path, 32, **MODELS["rotary-parallel"][0])
+    out = str(tmp_path / "local.json")
+    assert main(["influence", "--model", path, "--local", "--tokens", "0,2,1,1,0", "--out", out]) == 0
+    assert "survives any 1" in capsys.readouterr().out
+    verify(out, path)
+    assert main(["influence", "--model", path, "--local", "--tokens", "0,2,1,1,0", "--substitutions", "2",
+                 "--out", out]) == 4
