@@ -441,6 +441,19 @@ def trimmed(parts, sq):
     return (p1, keep), [(s, n * Fraction(d) ** 2) for s, d in zip(sq, drop)]
 
 
+def row_integers(x: Exact, row: int = 0):
+    """(v, e): Python ints with x[row, j] = v_j 2^e exactly for every column j of the exact product x: each
+    term's integers (|M| < 2^62, so int64 holds them) shifted onto the least offset and column scale."""
+    if not x.terms:
+        return [0] * x.shape[1], 0
+    low, cmin = min(o for o, _, _, _ in x.terms), int(x.col_scale.min(initial=0))
+    shifts = (x.col_scale - cmin).astype(np.int64)
+    total = np.zeros(x.shape[1], dtype=object)
+    for o, m, _, sg in x.terms:
+        total += np.left_shift(m[row].astype(np.int64).astype(object) * sg, (shifts + (o - low)).astype(object))
+    return total.tolist(), low + cmin + int(x.row_scale[row])
+
+
 # --- a point result as a two-part centre and its rounding radius (the forward pass's way out) ----------
 
 def split_centre(x: Exact):
