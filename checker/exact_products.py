@@ -411,4 +411,4 @@ def row_sums(x: Exact) -> list:
         sums = m.sum(axis=1).tolist() if b * x.shape[1] < ACC_LIMIT else [sum(r) for r in m.tolist()]
         out = [t + sg * (v << (o - low)) for t, v in zip(out, sums)]
     base = low + (int(x.col_scale[0]) if x.shape[1] else 0)
-    return [Fraction(t) * Fraction(2) ** (int(e) + base) for t, e in zip(out, x.row_scale.tolist())]
+    return [Fraction(t << (e + base)) if e + base >= 0 else Fraction(t, 1 << -(e + base)) for t, e in zip(out, x.row_scale.tolist())]

@@ -162,7 +162,8 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
     out = {}
     for p in positions:   # linear RoPE scaling: position p turns like position p / rotary_scaling_factor
-        angles = [B.num(Fraction(p) / cfg.rotary_scaling_factor) * t for t in thetas]
+        scaled = B.num(Fraction(p) / cfg.rotary_scaling_factor)
+        angles = [scaled * t for t in thetas]
         out[p] = ([B.cos(a) for a in angles], [B.sin(a) for a in angles])
     return out
 

@@ -294,3 +294,46 @@ def test_near_ball_from_arb_holds_every_point():
         assert exact_rounding.near_ball_from_arb(flint.arb_mat(1, 1, [flint.arb("inf")])) is None
     finally:
         flint.ctx.prec = 64
+
+
+def _up_reference(x: Fraction) -> Fraction:
+    """error_balls.up as first written, in Fraction arithmetic."""
+    if x <= 0:
+        return Fraction(x)
+    shift = E.BITS - (x.numerator.bit_length() - x.denominator.bit_length())
+    scaled = x * (Fraction(2) ** shift)
+    return Fraction(-(-scaled.numerator // scaled.denominator)) / Fraction(2) ** shift
+
+
+def _sqrt_reference(x: Fraction, upward: int) -> Fraction:
+    """error_balls._sqrt as first written, in Fraction arithmetic."""
+    import math
+    if x <= 0:
+        return Fraction(0)
+    k = max(0, E.BITS - (x.numerator.bit_length() - x.denominator.bit_length()) // 2)
+    scaled = x * 4 ** k
+    if upward:
+        n = -(-scaled.numerator // scaled.denominator)
+        r = math.isqrt(n)
+        return Fraction(r if r * r == n else r + 1, 2 ** k)
+    return Fraction(math.isqrt(scaled.numerator // scaled.denominator), 2 ** k)
+
+
+RATIONALS = st.one_of(st.just(Fraction(0)),
+                      st.builds(lambda n, t: Fraction(n, 2 ** t), st.integers(-2 ** 70, 2 ** 90), st.integers(0, 300)),
+                      st.builds(lambda n, d, t: Fraction(n, d) * Fraction(2) ** t, st.integers(-10 ** 20, 10 ** 25),
+                                st.integers(1, 10 ** 20), st.integers(-200, 200)))
+
+
+@settings(max_examples=120)
+@given(xs=st.lists(RATIONALS, min_size=1, max_size=4), ys=st.lists(RATIONALS, min_size=4, max_size=4),
+       a=RATIONALS, c=RATIONALS)
+def test_integer_radius_helpers_equal_their_fraction_forms(xs, ys, a, c):
+    """up / _sqrt in integers, up_affine and sqrt_sum_up give exactly the values of the Fraction forms."""
+    a, c = abs(a), abs(c)
+    for x in xs + ys + [a, c]:
+        assert E.up(x) == _up_reference(x)
+        assert E.sqrt_up(abs(x)) == _sqrt_reference(abs(x), 1) and E.sqrt_down(abs(x)) == _sqrt_reference(abs(x), 0)
+    assert E.up_affine(xs, ys, a, c) == [_up_reference(a * x + y + c) for x, y in zip(xs, ys)]
+    pairs = [(abs(x), abs(y)) for x, y in zip(xs, ys)]
+    assert E.sqrt_sum_up(pairs) == [_sqrt_reference(p, 1) + _sqrt_reference(q, 1) for p, q in pairs]
