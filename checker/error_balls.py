@@ -258,7 +258,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
-    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, then two parts and b as a third).
+    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, b added as one more term: `plus_row`; or b a third part), as two parts.
     Bound. ||Px - u^|| <= e + rho / k =: e' for x within e of c, so as in `normalise` ||y(x) - y(u^)|| <=
     min(w_max e' / sigma_lo, 2 sqrt(d) w_max) with sigma_lo from ||u^|| >= sqrt(||v^||^2) / k; and
     ||w * v^ (inv - iota)|| <= w_max ||v^|| delta, plus the exact rounding radius of the new centre."""
@@ -283,7 +283,9 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if ball is None:
         return None
     iota, delta = ball
-    t = trimmed_centre(exact_rounding.split_centre(exact_products.entrywise([v, iota], [] if w is None else [(w,)])))
+    scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
+    folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
+    t = trimmed_centre(exact_rounding.split_centre(folded or scaled))
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -293,7 +295,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         gap = max(sqrt_down(s) / k - e1, Fraction(0))
         lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
         errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
-    parts = (t1, t2) if b is None else (t1, t2, np.broadcast_to(b, (m, d)))
+    parts = (t1, t2) if b is None or folded is not None else (t1, t2, np.broadcast_to(b, (m, d)))
     return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
 
 

@@ -391,6 +391,30 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     return Exact(tuple((o, groups[o], bound[o], 1) for o in sorted(groups)), row_scale, col_scale, bits)
 
 
+def plus_row(x: Exact, b):
+    """The Exact x + b (b a float64 1 x n row added to every row; exact float64 values), or None when b's
+    integers would pass 2^62. b_j = mant_j 2^be_j (frexp: mant_j = f 2^53 an integer below 2^53), so on x's
+    scales b is one term M 2^o with M_ij = mant_j 2^(be_j - o - row_i - col_j) (mant_j odd: trailing zeros moved
+    into be_j), an integer when o (a multiple of the unit) is <= every be_j - row_i - col_j (b_j != 0), shifted in
+    int64 (exact: bit length of mant_j plus the shift below 62)."""
+    frac, ex = np.frexp(np.asarray(b, dtype=np.float64).reshape(-1))
+    live = frac != 0
+    if not live.any():
+        return x
+    mant = np.ldexp(frac, 53).astype(np.int64)
+    tz = np.where(live, np.frexp((mant & -mant).astype(np.float64))[1] - 1, 0)   # trailing zeros (a power of two: exact)
+    mant, be = mant >> tz, ex.astype(np.int64) - 53 + tz
+    rows, cols = x.row_scale.astype(np.int64), x.col_scale.astype(np.int64)
+    o = int((be - cols)[live].min()) - int(rows.max())
+    o -= o % x.unit
+    shift = be[None, :] - o - rows[:, None] - cols[None, :]
+    width = np.array([int(v).bit_length() for v in np.abs(mant).tolist()])
+    if int(np.where(live[None, :], shift + width[None, :], 0).max()) >= 62:
+        return None
+    M = np.where(live[None, :], mant[None, :] << np.where(live[None, :], shift, 0), 0)
+    return Exact(x.terms + ((o, M, int(np.abs(M).max()), 1),), x.row_scale, x.col_scale, x.unit)
+
+
 def _combinations(lists):
     """Every choice of one item from each list (the digit combinations of an entrywise product)."""
     out = [()]

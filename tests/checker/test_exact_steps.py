@@ -337,3 +337,26 @@ def test_integer_radius_helpers_equal_their_fraction_forms(xs, ys, a, c):
     assert E.up_affine(xs, ys, a, c) == [_up_reference(a * x + y + c) for x, y in zip(xs, ys)]
     pairs = [(abs(x), abs(y)) for x, y in zip(xs, ys)]
     assert E.sqrt_sum_up(pairs) == [_sqrt_reference(p, 1) + _sqrt_reference(q, 1) for p, q in pairs]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), n=st.integers(1, 6))
+def test_plus_row_is_the_exact_sum(seed, m, n):
+    """exact_products.plus_row(x, b) = x + b entrywise (Fractions), b with zeros, subnormals, wide exponents."""
+    rng = np.random.default_rng(seed)
+    v = (rng.standard_normal((m, n)) * 2.0 ** rng.integers(-30, 30), rng.standard_normal((m, n)) * 2.0 ** -60)
+    iota = (rng.random((m, 1)) + 0.5,)
+    w = (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
+    b = (rng.standard_normal((1, n)) * np.exp2(rng.integers(-12, 4, size=(1, n)))).astype(np.float32).astype(np.float64)
+    b[rng.random((1, n)) < 0.3] = 0.0
+    x = exact_products.entrywise([v, iota], [w])
+    y = exact_products.plus_row(x, b)
+    assert y is not None          # float32 biases within 2^16 of each other fit on these scales
+    wide = b.copy()
+    wide[0, 0] = 5e-324           # a subnormal far below the rest: too wide (None: the caller keeps b as a part)
+    assert exact_products.plus_row(x, wide) is None or n == 1 or not np.any(b[0, 1:])
+    value = lambda e, i, j: sum(sg * Fraction(int(M[i, j])) * Fraction(2) ** (o + int(e.row_scale[i]) + int(e.col_scale[j]))
+                                for o, M, _, sg in e.terms)
+    for i in range(m):
+        for j in range(n):
+            assert value(y, i, j) == value(x, i, j) + Fraction(float(b[0, j]))

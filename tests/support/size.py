@@ -156,7 +156,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # up_affine and sqrt_sum_up for the per-row radii of dyadic terms, the same values as the Fraction forms;
 # row_sq_uppers: head_output's maxima from exact sums without an enclosure per row; exact_rotate's delta term
 # from the centre's largest entries instead of exact row norms): kernel +32.
-BUDGETS = {"kernel": 2113, "exact": 883, "prediction": 191, "overwhelm": 728, "accuracy": 1204, "influence": 922}
+# LayerNorm's bias inside the normalised centre's two parts instead of a third part (exact_products.plus_row: b
+# as one more exact term on the product's scales; error_balls.exact_normalise): exact +17, kernel +2.
+BUDGETS = {"kernel": 2115, "exact": 900, "prediction": 191, "overwhelm": 728, "accuracy": 1204, "influence": 922}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
