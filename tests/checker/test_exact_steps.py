@@ -360,3 +360,32 @@ def test_plus_row_is_the_exact_sum(seed, m, n):
     for i in range(m):
         for j in range(n):
             assert value(y, i, j) == value(x, i, j) + Fraction(float(b[0, j]))
+
+
+def exact_value(e, i, j) -> Fraction:
+    """Entry (i, j) of an exact_products.Exact as a Fraction."""
+    return sum((sg * Fraction(int(M[i, j])) * Fraction(2) ** (o + int(e.row_scale[i]) + int(e.col_scale[j]))
+                for o, M, _, sg in e.terms), Fraction(0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 3), n=st.integers(1, 5), bits=st.sampled_from([None, 8, 13]))
+def test_entrywise_sums_of_three_and_four_factors_are_exact(seed, m, n, bits):
+    """Products of 3 and 4 factors of several wide parts (digits of one offset merged in `_partials`)
+    equal their Fraction values exactly, at the default and at narrow digit widths."""
+    rng = np.random.default_rng(seed)
+    X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
+    a = (rng.standard_normal((m, 1)), rng.standard_normal((m, 1)) * 2.0 ** -55)
+    w = (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
+    Y = (wide(rng, (m, n)),)
+    for rows, cols in (([X, a], [w]), ([X, a, Y], [w])):
+        k = len(rows) + len(cols)
+        got = exact_products.entrywise(rows, cols, None if bits is None else min(bits, 53 // k))
+        for i in range(m):
+            for j in range(n):
+                want = Fraction(1)
+                for f in rows:
+                    want *= frac(f, i if f[0].shape[0] > 1 else 0, j if f[0].shape[1] > 1 else 0)
+                for f in cols:
+                    want *= frac(f, 0, j)
+                assert exact_value(got, i, j) == want
