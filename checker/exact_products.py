@@ -377,8 +377,11 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     for r, c in products:
         cut = [[(s, d, int(np.abs(d).max())) for s, d in _line_digits(f, tops[i], 0 if i < n_rows else 1, bits)]
                for i, f in enumerate(tuple(r) + tuple(c))]
-        for s0, d0, p0 in cut[0]:
-            for o, part, peak in _partials(cut[1:], bits):
+        square = k == 2 and r[0] is r[1]     # x * x: the digit pairs (s, t) and (t, s) once, doubled
+        for i, (s0, d0, p0) in enumerate(cut[0]):
+            pairs = [(s + 1, d * 2.0 if j else d, p * (2 if j else 1)) for j, (s, d, p) in enumerate(cut[1][i:])] \
+                if square else _partials(cut[1:], bits)
+            for o, part, peak in pairs:
                 off, peak = -(s0 + 1 + o) * bits, p0 * peak
                 bound[off] = bound.get(off, 0) + peak
                 _require(peak <= SAFE and bound[off] < ACC_LIMIT, "an entrywise product or sum could round")

@@ -24,7 +24,7 @@ from tcert.checker.exact_rounding import row_integers
 from tcert.checker.interval import EXACT_MAX_PREC
 
 NORM_SHIFT = 20          # n_j = ceil(sqrt(N_j 4^NORM_SHIFT)) 2^-NORM_SHIFT: >= 40 significant bits
-COLUMN_CHUNK = 4096      # columns per block when summing squares (bounded temporaries)
+COLUMN_CHUNK = 256       # columns per block when summing squares (cache-sized temporaries)
 
 
 class GapTable(Sequence):
