@@ -157,3 +157,16 @@ def test_gap_table_integer_comparisons():
     a = np.array([0.0, -0.0, 5e-324, -1.5, 2.0 ** 100, np.float32(0.1)])
     v, e = G.float_integers(a)
     assert [Fraction(x) * Fraction(2) ** e for x in v] == [Fraction(float(x)) for x in a]
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), dtype=st.sampled_from([np.float32, np.float16]))
+def test_unembedding_cut_is_cut_cols(seed, dtype):
+    """The transposed row cut equals cut_cols: digits, lines, scales and bounds."""
+    w = matrices(seed, dtype)
+    bits = bits_for(w.shape[0])
+    a, b = G.unembedding_cut(w, bits), cut_cols(w.astype(np.float64), bits)
+    assert a.axis == b.axis == 1 and a.shape == b.shape and a.bound == b.bound and np.array_equal(a.scale, b.scale)
+    assert len(a.digits) == len(b.digits)
+    for x, y, i, j, m1, m2, s1, s2 in zip(a.digits, b.digits, a.index, b.index, a.line_max, b.line_max, a.line_sum, b.line_sum):
+        assert np.array_equal(x, y) and np.array_equal(i, j) and np.array_equal(m1, m2) and np.array_equal(s1, s2)

@@ -162,7 +162,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # products summed while exact; peaks measured once per digit), and one Fraction per row in split_centre and
 # trimmed: exact +12.
 # entrywise_sum's squares x * x with each digit pair once, doubled (exact +3).
-BUDGETS = {"kernel": 2115, "exact": 915, "prediction": 191, "overwhelm": 728, "accuracy": 1204, "influence": 922}
+# W_U's cut for the gap table from the row cut of its transpose (gaps.unembedding_cut: the same Slices as
+# cut_cols, contiguous blocks): prediction +5.
+BUDGETS = {"kernel": 2115, "exact": 915, "prediction": 196, "overwhelm": 728, "accuracy": 1204, "influence": 922}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import exact_backend
-from tcert.checker.exact_products import _require, bits_for, exact_matrix
+from tcert.checker.exact_products import Slices, _require, bits_for, cut_rows, exact_matrix
 from tcert.checker.exact_rounding import row_integers
 from tcert.checker.interval import EXACT_MAX_PREC
 
@@ -109,6 +109,14 @@ def column_norms(w):
     return r, h
 
 
+def unembedding_cut(w, bits: int) -> Slices:
+    """W_U (d x V, finite) cut as a right factor, one scale per column, from the row cut of its transpose: the
+    same digits, lines, scales and bounds as `cut_cols` (a column of W is a row of W^T, and cutting works on
+    each line's own scale), made on contiguous rows (W^T's blocks of rows join as one copy, not a gather)."""
+    r = cut_rows(np.ascontiguousarray(w.T, dtype=np.float64), bits)
+    return Slices([d.T for d in r.digits], r.index, r.scale, bits, 1, r.shape[::-1], list(zip(r.line_max, r.line_sum)))
+
+
 def exact_gap_table(B, W, x, k: int):
     """The `GapTable` of every j at the final state x (Rows of one row) for the predicted token k, by the
     exact layer (module docstring); None where it does not apply (the layer off, x's centre not a point
@@ -121,8 +129,10 @@ def exact_gap_table(B, W, x, k: int):
         norms = W.norms[("column bounds", "unembed.W_U")] = column_norms(W.model.tensors["unembed.W_U"])
     if parts is None or norms is None or not all(np.isfinite(p).all() for p in parts):
         return None
-    WU = W.mat("unembed.W_U")
-    centre, ce = row_integers(exact_backend.parts_times_point(parts, exact_backend.sum_cut(WU, bits_for(WU.shape[0]))))
+    w = np.asarray(W.model.tensors["unembed.W_U"])
+    if not np.isfinite(w).all():
+        return None
+    centre, ce = row_integers(exact_backend.parts_times_point(parts, unembedding_cut(w, bits_for(w.shape[0]))))
     bias, be = float_integers(exact_matrix(W.model.tensors["unembed.b_U"])[0])
     (r, h), (en, ee) = norms, dyadic_up(x.eps[0])
     hmin = min(h)
