@@ -377,7 +377,7 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     for r, c in products:
         cut = [[(s, d, int(np.abs(d).max())) for s, d in _line_digits(f, tops[i], 0 if i < n_rows else 1, bits)]
                for i, f in enumerate(tuple(r) + tuple(c))]
-        square = k == 2 and r[0] is r[1]     # x * x: the digit pairs (s, t) and (t, s) once, doubled
+        square = n_rows == 2 and not n_cols and r[0] is r[1]     # x * x: each digit pair once, doubled
         for i, (s0, d0, p0) in enumerate(cut[0]):
             pairs = [(s + 1, d * 2.0 if j else d, p * (2 if j else 1)) for j, (s, d, p) in enumerate(cut[1][i:])] \
                 if square else _partials(cut[1:], bits)

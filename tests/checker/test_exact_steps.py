@@ -371,14 +371,14 @@ def exact_value(e, i, j) -> Fraction:
 @settings(max_examples=25, deadline=None)
 @given(seed=SEEDS, m=st.integers(1, 3), n=st.integers(1, 5), bits=st.sampled_from([None, 8, 13]))
 def test_entrywise_sums_of_three_and_four_factors_are_exact(seed, m, n, bits):
-    """Products of 3 and 4 factors of several wide parts (digits of one offset merged in `_partials`)
-    equal their Fraction values exactly, at the default and at narrow digit widths."""
+    """Products of 2 (a row and a column factor; a square), 3 and 4 factors of several wide parts (digits of
+    one offset merged in `_partials`) equal their Fraction values exactly, at the default and narrow widths."""
     rng = np.random.default_rng(seed)
     X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
     a = (rng.standard_normal((m, 1)), rng.standard_normal((m, 1)) * 2.0 ** -55)
     w = (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
     Y = (wide(rng, (m, n)),)
-    for rows, cols in (([X, a], [w]), ([X, a, Y], [w])):
+    for rows, cols in (([X], [w]), ([X, X], []), ([X, a], [w]), ([X, a, Y], [w])):
         k = len(rows) + len(cols)
         got = exact_products.entrywise(rows, cols, None if bits is None else min(bits, 53 // k))
         for i in range(m):
