@@ -177,6 +177,51 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     assert credited_any > 0
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_batched_pattern_groups_credit_what_each_group_credits(tiny, monkeypatch, weighted):
+    """pattern_weight settles the groups of 1 or 2 free positions per position pattern for many queries at
+    once (stacked rows, chunks of groups by max token). With stacks of 2 and of all queries, and the chunks
+    and grids forced small, over every group of every query (rules "d" and "e" at random, random K and
+    hints), it credits exactly the weight and number the groups credit one at a time (pattern_credit, then
+    decided_weight); the rule "e" groups credit exactly the correct inputs outside K^P and the hint."""
+    _, model, T, verdicts = tiny
+    n, v = T["n"], T["v"]
+    rng = random.Random(5 + weighted)
+    dist = parse_distribution({"distribution": random_distribution(rng, n, v)}, n, v) if weighted else uniform(n, v)
+    monkeypatch.setattr(refine, "GRID_BANDS", 3)
+    monkeypatch.setattr(refine, "GRID_ELEMENTS", 2 * v ** 2)         # at most 2 groups per grid
+    values = rows.value_tables(T)
+    cases, patterns, weight, count, truth, count_e = {}, {}, 0, 0, 0, 0
+    for q in range(v):
+        query = rows.query_view(T, values, q)
+        for m in range(max(q, 1), v):
+            for c in range(0, (n - 1 if q == m else n - 2) + 1):
+                K = sorted(rng.sample(range(m), rng.randint(0, m))) if c else []
+                if K:
+                    cases[(m, q, c)] = K
+                for P in itertools.combinations(range(n - 1), c):
+                    rule = rng.choice("de")
+                    hint = [f for f in itertools.product(range(m), repeat=c) if rng.random() < 0.3] if P else []
+                    unclaimed = np.array(hint, dtype=np.int64).reshape(len(hint), c) if rule == "e" else None
+                    patterns[(m, q, P)] = (rule, unclaimed)
+                    w, k, left = refine.pattern_credit(T, query, (m, q, P), K, (rule, unclaimed), dist)
+                    if left:
+                        w2, k2, _ = refine.decided_weight(T, query[0], q, [left], dist)
+                        w, k = w + w2, k + k2
+                    weight, count = weight + w, count + k
+                    if rule == "e":
+                        outside = [f for f in itertools.product(range(m), repeat=c)
+                                   if not (P and all(t in K for t in f)) and f not in hint]
+                        truth += sum(verdicts[t] is True for t in group_inputs(n, m, q, P, outside))
+                        count_e += k
+    for stack in (2, v):                         # queries per stack
+        monkeypatch.setattr(refine, "QUERY_ELEMENTS", stack * n * v * v)
+        ob = Obligations()
+        assert refine.pattern_weight(T, cases, patterns, dist, ob) == weight
+        assert ob.figure("inputs credited by pattern groups") == count
+    assert count_e == truth > 0
+
+
 def test_coupled_bound_proves_only_correct_inputs(tiny):
     """rows.coupled over every input of every position pattern: whatever it proves is correct, and it proves
     every input the top-2 bound proves (it is never looser)."""

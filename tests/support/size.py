@@ -148,12 +148,33 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # (column_differences; exact_differences moved here from overwhelm tight), then x D through the exact layer,
 # the interval route as fallback (exact +12, overwhelm -4). Its split-form check is outer_floats' and D is cut
 # once, not once per block of rows (exact -3).
+# Refine's pattern groups of 1 or 2 free positions (both rules) settled in brute force's shape: one grid per
+# position pattern for the groups of many queries at once (their rows built together by rows.stacked_view /
+# stacked_rows, rows.stacked_fixed_terms), the top-2 bound first and the coupled bound only on the rows its
+# failures reach (grid_coupled), the groups in bands by max token; rule "d"'s sorted count kept for 3 free
+# positions (accuracy +35; seed1's pattern groups 0.28-0.34 -> 0.15-0.21 CPU s, the same credits).
+# The prediction kind's logit gaps by the exact layer in Python integers (prediction/gaps.py: GapTable, column
+# norm bounds of float16/32 W_U from exact squares on per-column units, the gap table from c W_U read as integers;
+# __init__.py: the table through gap_at / certify_gap, Fractions only for the gaps below the margin): prediction
+# +95; exact_rounding.row_integers (an exact product's row as Python ints on one power of two): exact +9.
+# The forward pass's radii in integers (error_balls.py: up / sqrt_up / sqrt_down through _up_int / _sqrt_int,
+# up_affine and sqrt_sum_up for the per-row radii of dyadic terms, the same values as the Fraction forms;
+# row_sq_uppers: head_output's maxima from exact sums without an enclosure per row; exact_rotate's delta term
+# from the centre's largest entries instead of exact row norms): kernel +32.
+# LayerNorm's bias inside the normalised centre's two parts instead of a third part (exact_products.plus_row: b
+# as one more exact term on the product's scales; error_balls.exact_normalise): exact +17, kernel +2.
+# entrywise_sum's digit products as the first factor's digits times `_partials` of the others (same-offset
+# products summed while exact; peaks measured once per digit), and one Fraction per row in split_centre and
+# trimmed: exact +12.
+# entrywise_sum's squares x * x with each digit pair once, doubled (exact +3).
+# W_U's cut for the gap table from the row cut of its transpose (gaps.unembedding_cut: the same Slices as
+# cut_cols, contiguous blocks): prediction +5.
 # The local claim for L >= 2 layers by propagated bounds (propagated.py 221: x's own forward pass per block,
 # the block constants, the per-query head rule with wild keys, the changed position's V candidate rows per block
 # (block 0; every block of a causal model) and the per-token rule on them, the propagation per changed position;
 # local.py +26: the L-layer dispatch, final_parts split out, propagated_floors / survives_propagated; cost.py +5)
 # added influence 252.
-BUDGETS = {"kernel": 2081, "exact": 874, "prediction": 96, "overwhelm": 728, "accuracy": 1204, "influence": 1174}
+BUDGETS = {"kernel": 2115, "exact": 915, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1174}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -38,15 +38,17 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
-from tcert.checker.kinds.accuracy.rows import (align, coupled, decide, exact_correct, fixed_part, fixed_terms,
-                                                query_view, value_tables)
+from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
+                                                stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
-GRID_ELEMENTS = 1 << 22       # rule "e" grids (`coupled_groups`): elements per chunk of groups
+GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
+GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
+QUERY_ELEMENTS = 1 << 18      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -308,29 +310,40 @@ def mixed_bound(tables, Bk, ends, beta_K, case, S, b) -> int:
 
 def pattern_weight(tables, cases, patterns, dist, ob) -> int:
     """Credit every pattern entry (obligation "accuracy refine: pattern groups"): the summed weight
-    numerators of the inputs outside the cubic set K^P that its rule proves correct (rule "e"'s inputs of one
-    query decided together)."""
+    numerators of the inputs outside the cubic set K^P that its rule proves correct. The groups with 1 or 2
+    free positions are settled per position pattern for many queries at once (`coupled_groups`, on the
+    queries' rows stacked: `rows.stacked_view`, QUERY_ELEMENTS bounds the stack), the others one by one
+    (`pattern_credit`); rule "e"'s inputs left of one query are decided together (`decided_weight`)."""
     values, weight, tally = value_tables(tables), 0, np.zeros(2, dtype=np.int64)
+    n, v = tables["n"], tables["v"]
     with ob.step("accuracy refine: pattern groups") as fig:
         by_query = {}
         for (m, q, P), (rule, unclaimed) in sorted(patterns.items()):
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
-        for q, groups in sorted(by_query.items()):
-            query, pending, batches = query_view(tables, values, q), [], {}
-            for (m, _, P), rule, unclaimed in groups:
-                K = cases.get((m, q, len(P)), [])
-                if rule == "e" and 0 < len(P) <= 2:
-                    batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P), unclaimed))
-                    continue
-                w, counted, left = pattern_credit(tables, query, (m, q, P), K, (rule, unclaimed), dist)
-                weight, tally[0] = weight + w, tally[0] + counted
-                pending += [left] if left else []
+        queries, step = sorted(by_query), max(1, QUERY_ELEMENTS // (n * v * v))
+        for s in range(0, len(queries), step):
+            stack = stacked_view(tables, values, queries[s:s + step])
+            views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
+                     for k, q in enumerate(queries[s:s + step])}
+            pending, batches = {q: [] for q in views}, {}
+            for q in views:
+                for (m, _, P), rule, unclaimed in by_query[q]:
+                    K = cases.get((m, q, len(P)), [])
+                    if 0 < len(P) <= 2:
+                        batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P), rule, unclaimed, q))
+                        continue
+                    w, counted, left = pattern_credit(tables, views[q], (m, q, P), K, (rule, unclaimed), dist)
+                    weight, tally[0] = weight + w, tally[0] + counted
+                    pending[q] += [left] if left else []
             for P, batch in batches.items():
-                w, counted, left = coupled_groups(query, q, P, batch, dist)
-                weight, tally[0], pending = weight + w, tally[0] + counted, pending + left
-            w, counted, decided = decided_weight(tables, query[0], q, pending, dist)
-            weight, tally = weight + w, tally + (counted, decided)
+                w, counted, left = coupled_groups(stack + ({q: k for k, q in enumerate(views)},), P, batch, dist)
+                weight, tally[0] = weight + w, tally[0] + counted
+                for q, item in left:
+                    pending[q].append(item)
+            for q, items in pending.items():
+                w, counted, decided = decided_weight(tables, views[q][0], q, items, dist)
+                weight, tally = weight + w, tally + (counted, decided)
         fig["pattern groups"] = len(patterns)
         fig["inputs credited by pattern groups"] = int(tally[0])
         fig["inputs decided one by one"] = int(tally[1])
@@ -350,9 +363,10 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     fixed_w = fixed_weight(dist, m, q, P)
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
-    if rule == "e" and 0 < len(P) <= 2:      # every filling at once: the coupled bound, never looser than top-2
-        w, counted, left = coupled_groups(query, q, P, [(m, K, fixed_w, unclaimed)], dist)
-        return w, counted, left[0] if left else None
+    if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
+        stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
+        w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
+        return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     betas = [Dal[i][:m, m] for i in P]
     free = [np.arange(m)] * len(P)
@@ -381,25 +395,42 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
     return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q] if m >= dist.m0 else 0
 
 
-def coupled_groups(query, q: int, P, groups, dist) -> tuple:
-    """Rule "e" for the groups [(m, K, fixed weight, unclaimed fillings), ...] of one query q and one position
-    pattern P with |P| <= 2, every filling of each at once (chunks of groups: GRID_ELEMENTS bounds the arrays): the bound
-    of `rows.coupled` on the grid of fillings below m outside K^P (each token axis as long as the chunk's
-    largest m: no filling reaches it). Returns (summed weight numerators, number) of the fillings it proves
-    and, per group with fillings it cannot prove that are not unclaimed, (token rows, P, fixed weight)."""
-    rows, Eq, Dal = query
-    n, v = rows.E.shape
-    step = max(1, GRID_ELEMENTS // v ** (len(P) + 1))
+def coupled_groups(stack, P, groups, dist) -> tuple:
+    """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] of one
+    position pattern P with |P| <= 2 (stack: a `rows.stacked_view` and each query's index in it), every
+    filling of each at once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays,
+    GRID_BANDS chunks by max token at most): the top-2 bound
+    A[m] + sum_{i in P} Dal[i][t_i, m] < 0 (A as in `rows.fixed_part`) on the grid of fillings below m outside
+    K^P (each token axis as long as the chunk's largest m: no filling reaches it); then, for rule "e" only,
+    the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`grid_coupled`; it is never
+    looser, so the two prove what the coupled bound alone proves). Returns (summed weight numerators,
+    number) of the fillings proved and, per rule "e" group with claimed fillings neither bound proves,
+    (q, (token rows, P, fixed weight))."""
+    rows, Eq, Dal, index = stack
+    n, v = rows.E.shape[1:]
+    M, k = [i for i in range(n - 1) if i not in P], len(P)
+    groups = sorted(groups, key=lambda g: g[0])     # by m, in GRID_BANDS chunks: each grid as long as its largest m
+    step = max(1, min(GRID_ELEMENTS // v ** max(k, 2), -(-len(groups) // GRID_BANDS)))
     weight, counted, left = 0, 0, []
     for s in range(0, len(groups), step):
         chunk = groups[s:s + step]
         ms, fixed = np.array([g[0] for g in chunk]), [g[2] for g in chunk]
-        top = int(ms.max())
-        valid = grid_fillings(chunk, ms, len(P), top)
-        for g, (_, _, _, unclaimed) in enumerate(chunk):     # not claimed: never credited, no test
-            valid[(g,) + tuple(unclaimed.T)] = False
-        proved = grid_proved(query, q, P, ms, top)
-        good, rest = valid & proved, valid & ~proved
+        qs = np.array([g[5] for g in chunk])
+        at, top = np.array([index[q] for q in qs.tolist()], dtype=np.int64), int(ms.max())
+        valid = grid_fillings(chunk, ms, k, top)
+        hints = [(g, u) for g, (_, _, _, rule, u, _) in enumerate(chunk) if rule == "e" and len(u)]
+        if hints:                                    # not claimed: never credited, no test
+            valid[(np.repeat([g for g, _ in hints], [len(u) for _, u in hints]),)
+                  + tuple(np.concatenate([u for _, u in hints]).T)] = False
+        F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)          # F[g, x], A[g] = max_{x != m} F[g, x]
+        A = F.copy()
+        A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
+        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]].reshape(grid_axes(j, len(ms), k, top))
+              for j, i in enumerate(P)]                              # Dal[i][t_i, m] on the grid
+        good = valid & (A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(Dg) < 0)
+        rest = valid & ~good & np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
+        proved = grid_coupled((rows, Eq), P, at, ms, F, Dg, rest)
+        good, rest = good | proved, rest & ~proved
         counted += int(np.count_nonzero(good))
         free = good.reshape(len(ms), -1).sum(axis=1)
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
@@ -407,7 +438,7 @@ def coupled_groups(query, q: int, P, groups, dist) -> tuple:
             for i in reversed(P):
                 free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(rows, rest, ms, fixed, q, P)
+        left += unproved_inputs(n, np.nonzero(rest), ms, qs, fixed, P)
     return weight, counted, left
 
 
@@ -420,8 +451,8 @@ def grid_fillings(chunk, ms, k: int, v: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
     positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
     inK = np.zeros((len(ms), v), dtype=bool)
-    for g, (_, K, _, _) in enumerate(chunk):
-        inK[g, K] = True
+    inK[np.repeat(np.arange(len(ms)), [len(g[1]) for g in chunk]), list(chain.from_iterable(g[1] for g in chunk))] \
+        = True
     valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
     for j in range(k):
         valid &= np.arange(v).reshape(grid_axes(j, 1, k, v)) < ms.reshape(grid_axes(-1, len(ms), k, v))
@@ -429,33 +460,38 @@ def grid_fillings(chunk, ms, k: int, v: int):
     return valid & ~all_K
 
 
-def grid_proved(query, q: int, P, ms, top: int):
-    """Boolean grid (group, x_1, ..., x_k), each x_j below top: the fillings `rows.coupled`'s bound proves,
-    coupling one free position at a time with the fixed rows (the other free positions by their top-2 bound
-    Dal)."""
-    rows, Eq, Dal = query
-    n = rows.E.shape[0]
-    F = fixed_terms(rows, Eq, q, [i for i in range(n - 1) if i not in P], ms)
-    proved = np.zeros((len(ms),) + (top,) * len(P), dtype=bool)
-    for j, p in enumerate(P):        # negated, -B = ceil((H[x] - H[m]) 2^-s) + F: no negation of the big array
-        B = align(rows.Hl[p][:top, ms].T[:, :, None] - rows.Hh[p][None, :top],
-                  np.maximum(Eq[ms][:, None] - rows.E[p][None, :top], 0)[:, :, None], False) - F[:, None, :]
-        B[np.arange(len(ms)), :, ms] = np.iinfo(np.int64).max          # x != m
-        proved |= B.min(axis=2).reshape(grid_axes(j, len(ms), len(P), top)) > sum(
-            (Dal[i][:top, ms].T.reshape(grid_axes(k, len(ms), len(P), top)) for k, i in enumerate(P) if k != j),
-            np.int64(0))
-    return proved
+def grid_coupled(stack, P, at, ms, F, Dg, rest):
+    """Boolean grid (group, t_1, ..., t_k): where `rest` is set, whether the bound of `rows.coupled` proves
+    the filling, coupling one free position p at a time with the fixed rows F[group]
+    (`rows.stacked_fixed_terms`), the others by their top-2 bound (Dg, Dal on the grid):
+    max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up
+    to Eq[m] (group g's query at index at[g] of the stack; shifts >= 0 since t_p < m). The max over x is
+    taken once per (group, t_p) row that `rest` reaches."""
+    rows, Eq = stack
+    k = len(P)
+    proved = np.zeros(rest.shape, dtype=bool)
+    for j, p in enumerate(P):
+        r, t = np.nonzero(rest.any(axis=tuple(a + 1 for a in range(k) if a != j)))
+        ar, mr = at[r], ms[r]
+        C = F[r] + align(rows.Hh[ar, p, t] - rows.Hl[ar, p, t, mr][:, None], (Eq[ar, mr] - rows.E[ar, p, t])[:, None],
+                         True)
+        C[np.arange(len(r)), mr] = np.iinfo(np.int64).min          # x != m
+        Cmax = np.zeros(rest.shape[:2], dtype=np.int64)             # rows `rest` does not reach: never read
+        Cmax[r, t] = C.max(axis=1)
+        proved |= Cmax.reshape(grid_axes(j, len(ms), k, rest.shape[1])) + sum(
+            (D for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
+    return rest & proved
 
 
-def unproved_inputs(rows, rest, ms, fixed, q: int, P) -> list:
-    """Per group with fillings left in the grid `rest`: (token rows, P, fixed weight) to decide one by one."""
-    n, idx = rows.E.shape[0], np.nonzero(rest)                   # idx[0] ascending: one run per group
+def unproved_inputs(n: int, idx, ms, qs, fixed, P) -> list:
+    """Per group with fillings left, idx = (group, t_1, ..., t_k) grid indices (groups ascending, as from
+    np.nonzero: one run per group): (its query, (token rows, P, fixed weight)) to decide one by one."""
     tok = np.repeat(ms[idx[0]][:, None], n, axis=1)
-    tok[:, n - 1] = q
+    tok[:, n - 1] = qs[idx[0]]
     for j, p in enumerate(P):
         tok[:, p] = idx[j + 1]
     groups, starts = np.unique(idx[0], return_index=True)
-    return [(t, P, fixed[g]) for g, t in zip(groups.tolist(), np.split(tok, starts[1:]))]
+    return [(int(qs[g]), (t, P, fixed[g])) for g, t in zip(groups.tolist(), np.split(tok, starts[1:]))]
 
 
 def coupled_credit(rows, Eq, Dal, group, fillings, dist, fixed_w, n) -> tuple:

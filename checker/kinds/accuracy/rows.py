@@ -56,15 +56,21 @@ def shifted(a, s: int, up: bool) -> np.ndarray:
 
 def query_rows(tables, values, q: int) -> Rows:
     """The int64 tables of query q."""
+    return Rows(*(a[0] for a in stacked_rows(tables, values, [q])))
+
+
+def stacked_rows(tables, values, qs) -> Rows:
+    """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query)."""
     n = tables["n"]
+    qs = list(qs)
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
-    Vl = EUl[q][None, None, :] + EVl[None, :, :] + PVl[:, None, :]
-    Vh = EUh[q][None, None, :] + EVh[None, :, :] + PVh[:, None, :]
-    w_lo = np.multiply.outer(tables["pw_lo"][q][:n], tables["e_lo"][q])
-    w_hi = np.multiply.outer(tables["pw_hi"][q][:n], tables["e_hi"][q])
+    Vl = EUl[qs][:, None, None, :] + EVl[None, None, :, :] + PVl[None, :, None, :]
+    Vh = EUh[qs][:, None, None, :] + EVh[None, None, :, :] + PVh[None, :, None, :]
+    w_lo = tables["pw_lo"][qs][:, :n, None] * tables["e_lo"][qs][:, None, :]
+    w_hi = tables["pw_hi"][qs][:, :n, None] * tables["e_hi"][qs][:, None, :]
     E = np.maximum(BIT_LENGTH(w_hi).astype(np.int64) - WB, 0)
-    wl = shifted_each(w_lo, E, False)[:, :, None]
-    wh = shifted_each(w_hi, E, True)[:, :, None]
+    wl = shifted_each(w_lo, E, False)[..., None]
+    wh = shifted_each(w_hi, E, True)[..., None]
     if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
     Hh = np.where(Vh >= 0, wh * Vh, wl * Vh)
@@ -121,18 +127,21 @@ def decide_chunk(rows: Rows, tok, m) -> np.ndarray:
     return out
 
 
-def common_exponents(rows: Rows, q: int) -> np.ndarray:
-    """Eq[m]: the largest row exponent an input with max m and query q can have (its rows have tokens <= m)."""
-    n = rows.E.shape[0]
-    return np.maximum(np.maximum.accumulate(rows.E[: n - 1].max(axis=0)), rows.E[n - 1, q])
-
-
 def query_view(tables, values, q: int) -> tuple:
     """(rows, Eq, Dal) for query q, what the brute-force and pattern rules read: its rows (`query_rows`), the
-    common exponents Eq (`common_exponents`) and Dal[i][t, m] = rows.D[i][t, m] aligned (upward) to Eq[m]."""
-    rows = query_rows(tables, values, q)
-    Eq = common_exponents(rows, q)
-    return rows, Eq, align(rows.D, Eq[None, None, :] - rows.E[:, :, None], True)
+    common exponents Eq[m], the largest row exponent an input with max m and query q can have (its rows have
+    tokens <= m), and Dal[i][t, m] = rows.D[i][t, m] aligned (upward) to Eq[m]."""
+    rows, Eq, Dal = stacked_view(tables, values, [q])
+    return Rows(*(a[0] for a in rows)), Eq[0], Dal[0]
+
+
+def stacked_view(tables, values, qs) -> tuple:
+    """`query_view` of the queries qs at once, stacked along a leading axis (one per query)."""
+    rows = stacked_rows(tables, values, qs)
+    n = rows.E.shape[1]
+    Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
+                    rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
+    return rows, Eq, align(rows.D, Eq[:, None, None, :] - rows.E[..., None], True)
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
@@ -146,10 +155,19 @@ def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
 
 def fixed_terms(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
     """F[k, x] >= the fixed rows' terms H[x] - H[m] (`fixed_part` before the max over x != m)."""
-    n = rows.E.shape[0]
-    F = align(rows.Hh[n - 1, q][None, :] - rows.Hl[n - 1, q, ms][:, None], (Eq[ms] - rows.E[n - 1, q])[:, None], True)
+    one = np.zeros(len(ms), dtype=np.int64)
+    return stacked_fixed_terms(Rows(*(a[None] for a in rows)), Eq[None], one, one + q, M, ms)
+
+
+def stacked_fixed_terms(rows: Rows, Eq, at, qs, M, ms) -> np.ndarray:
+    """`fixed_terms` for groups k of several queries at once: rows and Eq stacked over queries (a leading
+    axis), group k reading query qs[k] at index at[k] of the stack."""
+    n = rows.E.shape[1]
+    F = align(rows.Hh[at, n - 1, qs] - rows.Hl[at, n - 1, qs, ms][:, None],
+              (Eq[at, ms] - rows.E[at, n - 1, qs])[:, None], True)
     for i in M:
-        F = F + align(rows.Hh[i, ms] - rows.Hl[i, ms, ms][:, None], (Eq[ms] - rows.E[i, ms])[:, None], True)
+        F = F + align(rows.Hh[at, i, ms] - rows.Hl[at, i, ms, ms][:, None], (Eq[at, ms] - rows.E[at, i, ms])[:, None],
+                      True)
     return F
 
 
