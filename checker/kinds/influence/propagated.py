@@ -106,21 +106,9 @@ def actual_pass(B, model, tokens) -> list:
             vals = (A @ B.array(t[p + "W_V"][h]) + ones @ B.array(t[p + "b_V"][h])) @ B.array(t[p + "W_O"][h])
             if pairs:
                 Q, K = ([rotate(r, ang[i], pairs) for i, r in enumerate(M)] for M in (Q, K))
-            S, rows, weights = (B.matrix(Q) @ B.matrix(K).T).rows(), vals.rows(), []
-            per_query = []
-            for i in range(n):
-                seen = i + 1 if cfg.attention_dir == "causal" else n
-                s = [S[i][r] / div for r in range(seen)]
-                shift_i = B.num(max(B.upper(x) for x in s))
-                e = [B.exp(x - shift_i) for x in s]
-                Z = B.fsum(e)
-                weights.append([x / Z for x in e] + [B.num(0)] * (n - seen))
-                o = (B.matrix(weights[-1:]) @ vals).rows()[0]
-                per_query.append({"e": e, "shift": shift_i, "qn": up_norm(B, Q[i]), "o": o,
-                                  "dist": row_dists(B, B.matrix(rows[:seen]), o),
-                                  "W": c["rv"] + up_norm(B, [a - b for a, b in zip(c["c0"], o)])})
+            per_query, weights = query_rows(B, cfg, c, Q, (B.matrix(Q) @ B.matrix(K).T).rows(), vals, div)
             attn = attn + B.matrix(weights) @ vals
-            heads.append({"kn": [up_norm(B, k) for k in K], "rows": per_query, "Q": Q, "K": K, "vals": rows})
+            heads.append({"kn": [up_norm(B, k) for k in K], "rows": per_query, "Q": Q, "K": K, "vals": vals.rows()})
         mid = X + attn
         nu1 = [centred_low(B, r) for r in X.rows()]
         if cfg.attn_only:
@@ -229,6 +217,23 @@ def products(B, hd, cand, queries) -> tuple:
     scores = (B.matrix([hd["Q"][i] for i in queries]) @ cand["keys"].T).rows()
     dots = (B.matrix([hd["rows"][i]["o"] for i in queries]) @ cand["vals"].T).rows()
     return scores, dots
+
+
+def query_rows(B, cfg, c, Q, S, vals, div) -> tuple:
+    """Per query i of one head (scores S = Q K^T): x's exp-scores e (shifted by the row's largest upper end), the
+    head output o, ||q_i||, dist_r >= ||v_r - o|| and W = rv + ||c0 - o||; and the attention weights (n x n)."""
+    n, rows, weights, out = len(Q), vals.rows(), [], []
+    for i in range(n):
+        seen = i + 1 if cfg.attention_dir == "causal" else n
+        s = [S[i][r] / div for r in range(seen)]
+        shift_i = B.num(max(B.upper(x) for x in s))
+        e = [B.exp(x - shift_i) for x in s]
+        Z = B.fsum(e)
+        weights.append([x / Z for x in e] + [B.num(0)] * (n - seen))
+        o = (B.matrix(weights[-1:]) @ vals).rows()[0]
+        out.append({"e": e, "shift": shift_i, "qn": up_norm(B, Q[i]), "o": o, "dist": row_dists(B, B.matrix(rows[:seen]), o),
+                    "W": c["rv"] + up_norm(B, [a - b for a, b in zip(c["c0"], o)])})
+    return out, weights
 
 
 def ln_lip(B, cfg, nu: Fraction, delta: Fraction) -> Fraction:
