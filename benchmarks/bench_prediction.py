@@ -3,7 +3,7 @@
 1. Paper scale: a random 1-layer GPT-NeoX-style model (`tcert.generator.model.random_models`, arch neox1l: shared LN,
    parallel residual, RoPE, ReLU, no final LN) with d_vocab 30522, d_model 512, 8 heads of 64,
    d_mlp 2048, n_ctx 1024, a full-length 1024-token input, checked with the Arb backend
-   (target <= 30 s).
+   (target <= 1 s of CPU; the earlier target was 30 s).
 2. d_vocab 64, checked with both backends (target <= 5 s each) and their time ratio, at two sizes:
    "small" = the `tcert model random` defaults (d_model 32, 1 head of 32, d_mlp 128, n_ctx 16) and
    "medium" (d_model 128, 4 heads of 32, d_mlp 512, n_ctx 64), each with a full-length input.
@@ -17,6 +17,7 @@ own `Obligations` record.
 
 import argparse
 import os
+import resource
 import tempfile
 import time
 
@@ -84,7 +85,9 @@ def main():
         if not args.skip_paper:
             dims = ", ".join(f"{k} {v}" for k, v in PAPER.items())
             paper = bench(f"paper ({dims})", PAPER, 0, ["flint"], args.repeat, workdir)
-            print(f"  [target Arb <= 30 s: {'met' if paper['flint'] <= 30 else 'MISSED'}]")
+            print(f"  [target Arb <= 1 s: {'met' if paper['flint'] <= 1 else 'MISSED'}; <= 30 s: "
+                  f"{'met' if paper['flint'] <= 30 else 'MISSED'}]  peak RSS of this process "
+                  f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -37,35 +37,75 @@ EXP_LIMIT = 40     # score perturbations above this use the convex-hull cap (e^(
 
 def up(x: Fraction) -> Fraction:
     """A dyadic rational >= x with at most BITS significant bits (x itself when x <= 0)."""
-    if x <= 0:
-        return Fraction(x)
-    shift = BITS - (x.numerator.bit_length() - x.denominator.bit_length())
-    scaled = x * (Fraction(2) ** shift)
-    return Fraction(-(-scaled.numerator // scaled.denominator)) / Fraction(2) ** shift
+    return _up_int(x.numerator, x.denominator)
+
+
+def _up_int(n: int, d: int) -> Fraction:
+    """up(n / d) = ceil(x 2^s) / 2^s, s = BITS - (bit length of n - that of d), in integers. Its value is the
+    same for any n / d equal to x up to a common power of two (neither the value nor the bit-length
+    difference changes), so `up_affine` may pass unreduced dyadics."""
+    if n <= 0:
+        return Fraction(n, d)
+    shift = BITS - (n.bit_length() - d.bit_length())
+    return Fraction(-(-(n << shift) // d), 1 << shift) if shift >= 0 else Fraction(-(-n // (d << -shift)) << -shift)
 
 
 def sqrt_up(x: Fraction) -> Fraction:
     """A rational >= sqrt(x), within 2^-(BITS-1) relative, for x >= 0."""
-    return _sqrt(Fraction(x), 1)
+    return Fraction(*_sqrt_int(x.numerator, x.denominator, 1))
 
 
 def sqrt_down(x: Fraction) -> Fraction:
     """A rational in [0, sqrt(x)], within 2^-(BITS-1) relative, for x >= 0."""
-    return _sqrt(Fraction(x), 0)
+    return Fraction(*_sqrt_int(x.numerator, x.denominator, 0))
 
 
-def _sqrt(x: Fraction, upward: int) -> Fraction:
-    """sqrt(x) rounded down (upward 0) or up (1): with x 4^k between integers N- <= x 4^k <= N+,
-    isqrt(N-) / 2^k <= sqrt(x) <= ceil(sqrt(N+)) / 2^k."""
-    if x <= 0:
-        return Fraction(0)
-    k = max(0, BITS - (x.numerator.bit_length() - x.denominator.bit_length()) // 2)
-    scaled = x * 4 ** k
-    if upward:
-        n = -(-scaled.numerator // scaled.denominator)
-        r = math.isqrt(n)
-        return Fraction(r if r * r == n else r + 1, 2 ** k)
-    return Fraction(math.isqrt(scaled.numerator // scaled.denominator), 2 ** k)
+def _sqrt_int(n: int, d: int, upward: int) -> tuple:
+    """(r, 2^k): sqrt(x) (x = n / d) rounded down (upward 0) or up (1) to r / 2^k: with x 4^k between integers
+    N- <= x 4^k <= N+, isqrt(N-) / 2^k <= sqrt(x) <= ceil(sqrt(N+)) / 2^k. As `_up_int`, the same for any n / d
+    equal to x up to a common power of two."""
+    if n <= 0:
+        return 0, 1
+    k = max(0, BITS - (n.bit_length() - d.bit_length()) // 2)
+    if not upward:
+        return math.isqrt((n << 2 * k) // d), 1 << k
+    m = -(-(n << 2 * k) // d)
+    r = math.isqrt(m)
+    return (r if r * r == m else r + 1), 1 << k
+
+
+def _dyadic(x: Fraction):
+    """(n, t) with x = n / 2^t when x's denominator is a power of two, else None."""
+    d = x.denominator
+    return (x.numerator, d.bit_length() - 1) if d & (d - 1) == 0 else None
+
+
+def up_affine(xs: list, ys: list, a: Fraction = Fraction(1), c: Fraction = Fraction(0)) -> list:
+    """[up(a x + y + c) for x, y in zip(xs, ys)], the same values, in integers where every term is dyadic."""
+    fixed, out = [_dyadic(Fraction(v)) for v in (a, c)], []
+    for x, y in zip(xs, ys):
+        dx, dy = _dyadic(x), _dyadic(y)
+        if None in (dx, dy, *fixed):
+            out.append(up(a * x + y + c))
+            continue
+        (an, at), (cn, ct) = fixed
+        t = max(at + dx[1], dy[1], ct)
+        out.append(_up_int(((an * dx[0]) << (t - at - dx[1])) + (dy[0] << (t - dy[1])) + (cn << (t - ct)), 1 << t))
+    return out
+
+
+def sqrt_sum_up(pairs: list) -> list:
+    """[sqrt_up(a) + sqrt_up(b) for a, b in pairs], the same values, in integers where a and b are dyadic."""
+    out = []
+    for a, b in pairs:
+        da, db = _dyadic(Fraction(a)), _dyadic(Fraction(b))
+        if da is None or db is None:
+            out.append(sqrt_up(a) + sqrt_up(b))
+            continue
+        (ra, ka), (rb, kb) = _sqrt_int(da[0], 1 << da[1], 1), _sqrt_int(db[0], 1 << db[1], 1)
+        k = max(ka, kb)
+        out.append(Fraction(ra * (k // ka) + rb * (k // kb), k))
+    return out
 
 
 class Rows(NamedTuple):
@@ -135,7 +175,7 @@ def trimmed_centre(split):
     if split is None:
         return None
     parts, pairs = exact_rounding.trimmed(*split)
-    return parts, [sqrt_up(a) + sqrt_up(b) for a, b in pairs]
+    return parts, sqrt_sum_up(pairs)
 
 
 def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
@@ -154,7 +194,7 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     heads = []
     for h, n in enumerate(norms):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
-        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), [up(n * e + r) for e, r in zip(X.eps, radius)]))
+        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n)))
     return heads
 
 
@@ -218,7 +258,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
-    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, then two parts and b as a third).
+    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, b added as one more term: `plus_row`; or b a third part), as two parts.
     Bound. ||Px - u^|| <= e + rho / k =: e' for x within e of c, so as in `normalise` ||y(x) - y(u^)|| <=
     min(w_max e' / sigma_lo, 2 sqrt(d) w_max) with sigma_lo from ||u^|| >= sqrt(||v^||^2) / k; and
     ||w * v^ (inv - iota)|| <= w_max ||v^|| delta, plus the exact rounding radius of the new centre."""
@@ -243,7 +283,9 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if ball is None:
         return None
     iota, delta = ball
-    t = trimmed_centre(exact_rounding.split_centre(exact_products.entrywise([v, iota], [] if w is None else [(w,)])))
+    scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
+    folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
+    t = trimmed_centre(exact_rounding.split_centre(folded or scaled))
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -253,7 +295,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         gap = max(sqrt_down(s) / k - e1, Fraction(0))
         lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
         errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
-    parts = (t1, t2) if b is None else (t1, t2, np.broadcast_to(b, (m, d)))
+    parts = (t1, t2) if b is None or folded is not None else (t1, t2, np.broadcast_to(b, (m, d)))
     return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
 
 
@@ -297,8 +339,9 @@ def rotation_rows(rot: Rotation, rows: list) -> Rotation:
 def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
     """Each row through its exact rotary rotation R (an isometry), by the exact layer, when it is on and X's
     centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`)
-    to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding.
-    None where the layer does not apply."""
+    to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding, with
+    ||c_i|| <= sqrt(n) max_j |c_ij| <= sqrt(n) sum_parts max |part| (delta, at twice the precision, is ~2^-120:
+    this term is far below the rounding's). None where the layer does not apply."""
     c = exact_backend.point_parts(X.centre, B) if B.exact and B.prec <= EXACT_MAX_PREC else None
     if c is None:
         return None
@@ -308,8 +351,8 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
     if out is None:
         return None
     parts, rounding = out
-    norms = exact_products.row_sums(exact_products.entrywise([c, c]))
-    eps = [up(e + dl * sqrt_up(n) + r) for e, dl, n, r in zip(X.eps, rot.delta, norms, rounding)]
+    peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
+    eps = up_affine(X.eps, rounding, c=up(max(rot.delta, default=Fraction(0)) * sqrt_up(Fraction(c[0].shape[1])) * peak))
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
 
 
@@ -326,6 +369,16 @@ def row_sq_norms(B: Backend, M: IMat) -> list:
     if parts is not None and B.exact:
         return [B.num(x) for x in exact_products.row_sums(exact_products.entrywise([parts, parts]))]
     return [B.dot(row, row) for row in M.rows()]
+
+
+def row_sq_uppers(B: Backend, M: IMat) -> tuple:
+    """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- the exact sums of squares where M is a point held
+    as float64 parts (enc None: no enclosure made), else the upper ends of the enclosures enc (`row_sq_norms`)."""
+    parts = exact_backend.multi_point(M)
+    if parts is not None and B.exact:
+        return exact_products.row_sums(exact_products.entrywise([parts, parts])), None
+    enc = row_sq_norms(B, M)
+    return [B.upper(x) for x in enc], enc
 
 
 def softmax(B: Backend, scores: list) -> list:
@@ -352,10 +405,10 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list) -> Ro
     the centre differ by at most max_r |v^_r - c|. The smallest of these is used."""
     div_lo, n = B.lower(div), k.centre.shape[0]
     S, s_rad = B.centres((q.centre @ k.centre.T).scale(1 / div))
-    q_norm = [sqrt_up(B.upper(x)) for x in row_sq_norms(B, q.centre)]
-    v_sq = row_sq_norms(B, v.centre)
-    k_max = max(sqrt_up(B.upper(x)) for x in row_sq_norms(B, k.centre))
-    v_max = max(sqrt_up(B.upper(x)) for x in v_sq)
+    q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
+    v_up, v_sq = row_sq_uppers(B, v.centre)
+    v_sq = v_sq or [B.num(x) for x in v_up]
+    k_max, v_max = sqrt_up(max(row_sq_uppers(B, k.centre)[0])), sqrt_up(max(v_up))
     ek, ev, zero = max(k.eps), max(v.eps), B.num(0)
     P = B.matrix([softmax(B, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
     Z = P @ v.centre

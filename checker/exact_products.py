@@ -361,7 +361,8 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     """The exact sum of entrywise products [(rows, cols)] (as `entrywise`; every product has the same
     number of row and of column factors, and factor i of every product is cut on one scale per line,
     the largest). Every digit product is an integer of magnitude < 2^(K bits) <= 2^53 for K factors
-    (bits = floor(48 / K) by default), computed in float64 (exact: an integer below 2^53) and summed per
+    (bits = floor(48 / K) by default), computed in float64 (exact: an integer below 2^53; the first factor's
+    digit times `_partials` of the others, products of one offset summed there while exact) and summed per
     offset in float64 while the sum of their bounds is <= 2^53 (every partial sum an integer below 2^53),
     then in int64 with the bound tracked below 2^62."""
     n_rows, n_cols = len(products[0][0]), len(products[0][1])
@@ -374,28 +375,69 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
             for i in range(k)]
     groups, bound = {}, {}
     for r, c in products:
-        cut = [_line_digits(f, tops[i], 0 if i < n_rows else 1, bits) for i, f in enumerate(tuple(r) + tuple(c))]
-        for combo in _combinations(cut):
-            off, prod, peak = -sum(s + 1 for s, _ in combo) * bits, combo[0][1], int(np.abs(combo[0][1]).max())
-            for _, d in combo[1:]:
-                prod, peak = prod * d, peak * int(np.abs(d).max())
-            bound[off] = bound.get(off, 0) + peak
-            _require(bound[off] < ACC_LIMIT, "an int64 accumulator could overflow")
-            if off not in groups:
-                groups[off] = np.zeros(shape)
-            if groups[off].dtype == np.float64 and bound[off] > SAFE:
-                groups[off] = groups[off].astype(np.int64)
-            groups[off] += prod if groups[off].dtype == np.float64 else prod.astype(np.int64)
+        cut = [[(s, d, int(np.abs(d).max())) for s, d in _line_digits(f, tops[i], 0 if i < n_rows else 1, bits)]
+               for i, f in enumerate(tuple(r) + tuple(c))]
+        square = n_rows == 2 and not n_cols and r[0] is r[1]     # x * x: each digit pair once, doubled
+        for i, (s0, d0, p0) in enumerate(cut[0]):
+            pairs = [(s + 1, d * 2.0 if j else d, p * (2 if j else 1)) for j, (s, d, p) in enumerate(cut[1][i:])] \
+                if square else _partials(cut[1:], bits)
+            for o, part, peak in pairs:
+                off, peak = -(s0 + 1 + o) * bits, p0 * peak
+                bound[off] = bound.get(off, 0) + peak
+                _require(peak <= SAFE and bound[off] < ACC_LIMIT, "an entrywise product or sum could round")
+                if off not in groups:
+                    groups[off] = np.zeros(shape)
+                if groups[off].dtype == np.float64 and bound[off] > SAFE:
+                    groups[off] = groups[off].astype(np.int64)
+                prod = d0 * part
+                groups[off] += prod if groups[off].dtype == np.float64 else prod.astype(np.int64)
     row_scale = np.broadcast_to(sum(tops[:n_rows], np.zeros(1, np.int64)), (shape[0],)).copy()
     col_scale = np.broadcast_to(sum(tops[n_rows:], np.zeros(1, np.int64)), (shape[1],)).copy()
     return Exact(tuple((o, groups[o], bound[o], 1) for o in sorted(groups)), row_scale, col_scale, bits)
 
 
-def _combinations(lists):
-    """Every choice of one item from each list (the digit combinations of an entrywise product)."""
-    out = [()]
-    for items in lists:
-        out = [c + (x,) for c in out for x in items]
+def plus_row(x: Exact, b):
+    """The Exact x + b (b a float64 1 x n row added to every row; exact float64 values), or None when b's
+    integers would pass 2^62. b_j = mant_j 2^be_j (frexp: mant_j = f 2^53 an integer below 2^53), so on x's
+    scales b is one term M 2^o with M_ij = mant_j 2^(be_j - o - row_i - col_j) (mant_j odd: trailing zeros moved
+    into be_j), an integer when o (a multiple of the unit) is <= every be_j - row_i - col_j (b_j != 0), shifted in
+    int64 (exact: bit length of mant_j plus the shift below 62)."""
+    frac, ex = np.frexp(np.asarray(b, dtype=np.float64).reshape(-1))
+    live = frac != 0
+    if not live.any():
+        return x
+    mant = np.ldexp(frac, 53).astype(np.int64)
+    tz = np.where(live, np.frexp((mant & -mant).astype(np.float64))[1] - 1, 0)   # trailing zeros (a power of two: exact)
+    mant, be = mant >> tz, ex.astype(np.int64) - 53 + tz
+    rows, cols = x.row_scale.astype(np.int64), x.col_scale.astype(np.int64)
+    o = int((be - cols)[live].min()) - int(rows.max())
+    o -= o % x.unit
+    shift = be[None, :] - o - rows[:, None] - cols[None, :]
+    width = np.array([int(v).bit_length() for v in np.abs(mant).tolist()])
+    if int(np.where(live[None, :], shift + width[None, :], 0).max()) >= 62:
+        return None
+    M = np.where(live[None, :], mant[None, :] << np.where(live[None, :], shift, 0), 0)
+    return Exact(x.terms + ((o, M, int(np.abs(M).max()), 1),), x.row_scale, x.col_scale, x.unit)
+
+
+def _partials(cuts, bits: int) -> list:
+    """[(o, P, bound)]: the entrywise digit products of the factors `cuts` (each [(s, digit, peak |digit|)]),
+    o = sum (s + 1), those of one o summed while their bound (the sum of the peaks' products) stays <= 2^53
+    over 2^bits per factor still to multiply (this list's later ones and the caller's first): then every
+    product and partial sum, here and in the caller's product with one more digit, is an integer below 2^53,
+    which float64 holds and computes exactly."""
+    out = [(0, 1.0, 1)]
+    for i, digits in enumerate(cuts):
+        room, merged = SAFE >> (bits * (len(cuts) - i)), {}
+        for o, a, pa in out:
+            for s, d, pd in digits:
+                key, v, pv = o + s + 1, a * d, pa * pd
+                same = merged.setdefault(key, [])
+                if same and same[-1][2] + pv <= room:
+                    same[-1] = (key, same[-1][1] + v, same[-1][2] + pv)
+                else:
+                    same.append((key, v, pv))
+        out = [x for same in merged.values() for x in same]
     return out
 
 
@@ -411,4 +453,4 @@ def row_sums(x: Exact) -> list:
         sums = m.sum(axis=1).tolist() if b * x.shape[1] < ACC_LIMIT else [sum(r) for r in m.tolist()]
         out = [t + sg * (v << (o - low)) for t, v in zip(out, sums)]
     base = low + (int(x.col_scale[0]) if x.shape[1] else 0)
-    return [Fraction(t) * Fraction(2) ** (int(e) + base) for t, e in zip(out, x.row_scale.tolist())]
+    return [Fraction(t << (e + base)) if e + base >= 0 else Fraction(t, 1 << -(e + base)) for t, e in zip(out, x.row_scale.tolist())]

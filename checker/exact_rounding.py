@@ -438,7 +438,21 @@ def trimmed(parts, sq):
     keep = np.where(e > -1000, np.ldexp(np.trunc(np.ldexp(frac, TRIM_BITS)), e - TRIM_BITS), p2)
     drop = np.abs(p2 - keep).max(axis=1, initial=0.0).tolist()
     n = p2.shape[1]
-    return (p1, keep), [(s, n * Fraction(d) ** 2) for s, d in zip(sq, drop)]
+    pairs = [(m, q) for m, q in (d.as_integer_ratio() for d in drop)]
+    return (p1, keep), [(s, Fraction(n * m * m, q * q)) for s, (m, q) in zip(sq, pairs)]
+
+
+def row_integers(x: Exact, row: int = 0):
+    """(v, e): Python ints with x[row, j] = v_j 2^e exactly for every column j of the exact product x: each
+    term's integers (|M| < 2^62, so int64 holds them) shifted onto the least offset and column scale."""
+    if not x.terms:
+        return [0] * x.shape[1], 0
+    low, cmin = min(o for o, _, _, _ in x.terms), int(x.col_scale.min(initial=0))
+    shifts = (x.col_scale - cmin).astype(np.int64)
+    total = np.zeros(x.shape[1], dtype=object)
+    for o, m, _, sg in x.terms:
+        total += np.left_shift(m[row].astype(np.int64).astype(object) * sg, (shifts + (o - low)).astype(object))
+    return total.tolist(), low + cmin + int(x.row_scale[row])
 
 
 # --- a point result as a two-part centre and its rounding radius (the forward pass's way out) ----------
@@ -470,5 +484,6 @@ def split_centre(x: Exact):
             return None
         out[0][rows], out[1][rows] = parts
         width = (below + above) ** 2 * col
-        sq += [width * Fraction(4) ** int(e) for e in e_row.tolist()]
+        n, d = width.numerator, width.denominator
+        sq += [Fraction(n << 2 * e, d) if e >= 0 else Fraction(n, d << -2 * e) for e in e_row.tolist()]
     return tuple(out), sq

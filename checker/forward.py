@@ -23,7 +23,7 @@ from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exac
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
-__all__ = ["Weights", "last_logits", "final_residual", "final_state", "softmax", "attn_divisor", "layer_norm",
+__all__ = ["Weights", "last_logits", "unembed_input", "final_residual", "final_state", "softmax", "attn_divisor", "layer_norm",
            "layer_norm_row", "mlp", "rotary_angles", "rotary_pairs", "rotate", "activation", "act_lipschitz"]
 
 GELU_NEW_CUBIC = Fraction(44715, 1000000)
@@ -162,7 +162,8 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
     out = {}
     for p in positions:   # linear RoPE scaling: position p turns like position p / rotary_scaling_factor
-        angles = [B.num(Fraction(p) / cfg.rotary_scaling_factor) * t for t in thetas]
+        scaled = B.num(Fraction(p) / cfg.rotary_scaling_factor)
+        angles = [scaled * t for t in thetas]
         out[p] = ([B.cos(a) for a in angles], [B.sin(a) for a in angles])
     return out
 
@@ -413,14 +414,18 @@ def final_residual(B: Backend, model, tokens: list, W: Weights | None = None) ->
     return enclosures(B, final_state(B, model, tokens, W))[0]
 
 
-def last_logits(B: Backend, model, tokens: list, W: Weights | None = None) -> list:
-    """Enclosures of the next-token logits at the last position of `tokens`: logit j is within
-    ||x - c||_2 ||W_U[:, j]||_2 of its value at the centre c of the final (normalised) state x."""
-    cfg = model.config
-    W = W or Weights(B, model)
+def unembed_input(B: Backend, model, tokens: list, W: Weights) -> Rows:
+    """The last position's state the unembedding reads (after ln_final when the model has one), one ball."""
     x = final_state(B, model, tokens, W)
-    if cfg.final_ln:
-        x = normalised(B, W, cfg, x, "ln_final")
+    return normalised(B, W, model.config, x, "ln_final") if model.config.final_ln else x
+
+
+def last_logits(B: Backend, model, tokens: list, W: Weights | None = None, x: Rows | None = None) -> list:
+    """Enclosures of the next-token logits at the last position of `tokens`: logit j is within
+    ||x - c||_2 ||W_U[:, j]||_2 of its value at the centre c of the final (normalised) state x (given, or
+    computed: `unembed_input`)."""
+    W = W or Weights(B, model)
+    x = x or unembed_input(B, model, tokens, W)
     logits = (x.centre @ W.mat("unembed.W_U")).rows()[0]
     e = x.eps[0]
     bias = W.bias("unembed.b_U") or [0] * len(logits)

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.influence.local import (exact_gaps, gap_floor, gaps, local_parts, movement, multi_floors,
-                                                 projections, safety_radius, supported, unscreened)
+                                                 projections, propagated_floors, safety_radius, supported, unscreened)
 from tcert.checker.kinds.influence.norms import max_row_dist
 
 from tcert.generator import certificate
@@ -77,6 +77,13 @@ def local_certificate(model, tokens, substitutions: int | None = None, backend: 
     G = round_up(max_row_dist(B, columns, columns.rows()[k]))
     gs = gaps(B, model, base, k)
     info.update(change=float(base["change"]), change_prob=float(base["change_prob"]))
+    if model.config.n_layers >= 2:   # propagated through the blocks: R <= 1, no hints
+        fits = n > 1 and all(gap - move > 0 for _, gap, move in propagated_floors(B, base, gs, k, 1))
+        R = (1 if fits else 0) if substitutions is None else substitutions
+        info["max_R"] = 1 if fits else 0
+        if R > (1 if fits else 0):
+            return None, dict(info, reason=f"R = {R} is not certifiable locally (L-layer rule: R <= 1)")
+        return envelope(model, pclaim, base, R, G, []), dict(info, R=R, competitors=0, exact_changes=0)
     directions, found = Directions(B, model, base, k), {}
 
     def attempt(R):
@@ -94,9 +101,16 @@ def local_certificate(model, tokens, substitutions: int | None = None, backend: 
     ok, listed = attempt(R)
     if not ok:
         return None, dict(info, reason=f"R = {R} is not certifiable locally")
+    cert = envelope(model, pclaim, base, R, G, listed)
+    local = cert["claim"]["local"]
+    info.update(R=R, competitors=len(local["competitors"]), exact_changes=len(local["exact_changes"]))
+    return cert, info
+
+
+def envelope(model, pclaim, base, R, G, listed):
+    """The local certificate: the recomputed numbers rounded up, the hints the rule for R needs."""
     local = {"prediction": pclaim, "change": certificate.num(float(round_up(base["change"]))),
              "change_prob": certificate.num(float(round_up(base["change_prob"]))), "substitutions": R,
              "gap_lipschitz": certificate.num(float(G)), "competitors": listed if R >= 2 else [],
              "exact_changes": listed if R == 1 else []}
-    info.update(R=R, competitors=len(local["competitors"]), exact_changes=len(local["exact_changes"]))
-    return certificate.envelope("influence", model, {"local": local}, {}), info
+    return certificate.envelope("influence", model, {"local": local}, {})

@@ -294,3 +294,98 @@ def test_near_ball_from_arb_holds_every_point():
         assert exact_rounding.near_ball_from_arb(flint.arb_mat(1, 1, [flint.arb("inf")])) is None
     finally:
         flint.ctx.prec = 64
+
+
+def _up_reference(x: Fraction) -> Fraction:
+    """error_balls.up as first written, in Fraction arithmetic."""
+    if x <= 0:
+        return Fraction(x)
+    shift = E.BITS - (x.numerator.bit_length() - x.denominator.bit_length())
+    scaled = x * (Fraction(2) ** shift)
+    return Fraction(-(-scaled.numerator // scaled.denominator)) / Fraction(2) ** shift
+
+
+def _sqrt_reference(x: Fraction, upward: int) -> Fraction:
+    """error_balls._sqrt as first written, in Fraction arithmetic."""
+    import math
+    if x <= 0:
+        return Fraction(0)
+    k = max(0, E.BITS - (x.numerator.bit_length() - x.denominator.bit_length()) // 2)
+    scaled = x * 4 ** k
+    if upward:
+        n = -(-scaled.numerator // scaled.denominator)
+        r = math.isqrt(n)
+        return Fraction(r if r * r == n else r + 1, 2 ** k)
+    return Fraction(math.isqrt(scaled.numerator // scaled.denominator), 2 ** k)
+
+
+RATIONALS = st.one_of(st.just(Fraction(0)),
+                      st.builds(lambda n, t: Fraction(n, 2 ** t), st.integers(-2 ** 70, 2 ** 90), st.integers(0, 300)),
+                      st.builds(lambda n, d, t: Fraction(n, d) * Fraction(2) ** t, st.integers(-10 ** 20, 10 ** 25),
+                                st.integers(1, 10 ** 20), st.integers(-200, 200)))
+
+
+@settings(max_examples=120)
+@given(xs=st.lists(RATIONALS, min_size=1, max_size=4), ys=st.lists(RATIONALS, min_size=4, max_size=4),
+       a=RATIONALS, c=RATIONALS)
+def test_integer_radius_helpers_equal_their_fraction_forms(xs, ys, a, c):
+    """up / _sqrt in integers, up_affine and sqrt_sum_up give exactly the values of the Fraction forms."""
+    a, c = abs(a), abs(c)
+    for x in xs + ys + [a, c]:
+        assert E.up(x) == _up_reference(x)
+        assert E.sqrt_up(abs(x)) == _sqrt_reference(abs(x), 1) and E.sqrt_down(abs(x)) == _sqrt_reference(abs(x), 0)
+    assert E.up_affine(xs, ys, a, c) == [_up_reference(a * x + y + c) for x, y in zip(xs, ys)]
+    pairs = [(abs(x), abs(y)) for x, y in zip(xs, ys)]
+    assert E.sqrt_sum_up(pairs) == [_sqrt_reference(p, 1) + _sqrt_reference(q, 1) for p, q in pairs]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), n=st.integers(1, 6))
+def test_plus_row_is_the_exact_sum(seed, m, n):
+    """exact_products.plus_row(x, b) = x + b entrywise (Fractions), b with zeros, subnormals, wide exponents."""
+    rng = np.random.default_rng(seed)
+    v = (rng.standard_normal((m, n)) * 2.0 ** rng.integers(-30, 30), rng.standard_normal((m, n)) * 2.0 ** -60)
+    iota = (rng.random((m, 1)) + 0.5,)
+    w = (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
+    b = (rng.standard_normal((1, n)) * np.exp2(rng.integers(-12, 4, size=(1, n)))).astype(np.float32).astype(np.float64)
+    b[rng.random((1, n)) < 0.3] = 0.0
+    x = exact_products.entrywise([v, iota], [w])
+    y = exact_products.plus_row(x, b)
+    assert y is not None          # float32 biases within 2^16 of each other fit on these scales
+    wide = b.copy()
+    wide[0, 0] = 5e-324           # a subnormal far below the rest: too wide (None: the caller keeps b as a part)
+    assert exact_products.plus_row(x, wide) is None or n == 1 or not np.any(b[0, 1:])
+    value = lambda e, i, j: sum(sg * Fraction(int(M[i, j])) * Fraction(2) ** (o + int(e.row_scale[i]) + int(e.col_scale[j]))
+                                for o, M, _, sg in e.terms)
+    for i in range(m):
+        for j in range(n):
+            assert value(y, i, j) == value(x, i, j) + Fraction(float(b[0, j]))
+
+
+def exact_value(e, i, j) -> Fraction:
+    """Entry (i, j) of an exact_products.Exact as a Fraction."""
+    return sum((sg * Fraction(int(M[i, j])) * Fraction(2) ** (o + int(e.row_scale[i]) + int(e.col_scale[j]))
+                for o, M, _, sg in e.terms), Fraction(0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 3), n=st.integers(1, 5), bits=st.sampled_from([None, 8, 13]))
+def test_entrywise_sums_of_three_and_four_factors_are_exact(seed, m, n, bits):
+    """Products of 2 (a row and a column factor; a square), 3 and 4 factors of several wide parts (digits of
+    one offset merged in `_partials`) equal their Fraction values exactly, at the default and narrow widths."""
+    rng = np.random.default_rng(seed)
+    X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
+    a = (rng.standard_normal((m, 1)), rng.standard_normal((m, 1)) * 2.0 ** -55)
+    w = (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
+    Y = (wide(rng, (m, n)),)
+    for rows, cols in (([X], [w]), ([X, X], []), ([X, a], [w]), ([X, a, Y], [w])):
+        k = len(rows) + len(cols)
+        got = exact_products.entrywise(rows, cols, None if bits is None else min(bits, 53 // k))
+        for i in range(m):
+            for j in range(n):
+                want = Fraction(1)
+                for f in rows:
+                    want *= frac(f, i if f[0].shape[0] > 1 else 0, j if f[0].shape[1] > 1 else 0)
+                for f in cols:
+                    want *= frac(f, 0, j)
+                assert exact_value(got, i, j) == want

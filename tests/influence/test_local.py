@@ -198,15 +198,15 @@ def test_local_exact_changes_verify_backends_agree_and_mutations_rejected(tmp_pa
 
 
 def test_local_refusals(tmp_path):
-    """Two layers, learned positions, sequential blocks, extra fields: one-line BadInput each."""
+    """One layer: learned positions, sequential blocks, extra fields: one-line BadInput each (two layers:
+    test_local_layers.py)."""
     path, model = tiny(tmp_path, **MODELS["rotary-parallel"], scale=0.3, seed=4)
     cert, _ = local_certificate(model, [2, 2, 2, 2, 2])
-    for i, kw in enumerate((dict(n_layers=2, rotary=True, parallel=True, d_head=4), dict(parallel=True),
-                            dict(rotary=True, d_head=4))):
+    for i, kw in enumerate((dict(parallel=True), dict(rotary=True, d_head=4))):
         (tmp_path / str(i)).mkdir()
         other, other_model = tiny(tmp_path / str(i), **kw)
         bad = certificate.envelope("influence", other_model, cert["claim"], {})
-        with pytest.raises(BadInput, match="claim.local: only 1-layer"):
+        with pytest.raises(BadInput, match="claim.local: 1-layer models need"):
             verify(bad, other)
     for where, extra in (("claim", {"C": "1"}), ("local", {"junk": 1}), ("evidence", {"power": 2})):
         bad = copy.deepcopy(cert)

@@ -709,8 +709,8 @@ def tiny_cases(workdir: str) -> list:
 def local_cases(workdir: str) -> list:
     """A local influence certificate (claim {"local": ...}, evidence {}) on a tiny 1-layer rotary model with
     parallel blocks (d_vocab 3), R >= 2 with a competitor checked along its direction, and one on a sharper
-    model, R = 1 with exactly evaluated single changes: judged by every single substitution and every set of
-    <= R substitutions of its input."""
+    model, R = 1 with exactly evaluated single changes, and one on a 2-layer model (the propagated rule, R = 1):
+    judged by every single substitution and every set of <= R substitutions of its input."""
     from tcert.checker.modelfile import load_model
     from tcert.generator.influence import toy_model
     from tcert.generator.influence.local import local_certificate
@@ -727,10 +727,20 @@ def local_cases(workdir: str) -> list:
     m2 = load_model(sharp)
     cert2, info2 = local_certificate(m2, [2, 2, 2, 2, 2], 1)
     assert cert2 is not None and info2["exact_changes"] >= 1, info2
+    deep = os.path.join(workdir, "local_rotary_l2.safetensors")   # 2 layers: the propagated rule, R = 1
+    tensors, cfg = toy_model(n_layers=2, d_vocab=3, n_ctx=6, d_model=6, n_heads=2, d_head=4, d_mlp=8, scale=0.3,
+                             eps="1/10", rotary=True, parallel=True)
+    tensors["unembed.b_U"] = tensors["unembed.b_U"] + 32 * (np.arange(3) == 0)   # a margin R = 1 survives
+    save_model(deep, tensors, cfg)
+    m3 = load_model(deep)
+    cert3, info3 = local_certificate(m3, [0, 2, 1, 1, 0])
+    assert cert3 is not None and info3["R"] == 1, info3
     return [Case("influence", "tiny local rotary parallel", cert, path,
                  lambda m=m, c=cert: InfluenceOracle(m, c["claim"]).truth),
             Case("influence", "tiny local rotary sharp (exact changes)", cert2, sharp,
-                 lambda m=m2, c=cert2: InfluenceOracle(m, c["claim"]).truth)]
+                 lambda m=m2, c=cert2: InfluenceOracle(m, c["claim"]).truth),
+            Case("influence", "tiny local L2 rotary parallel (propagated)", cert3, deep,
+                 lambda m=m3, c=cert3: InfluenceOracle(m, c["claim"]).truth)]
 
 
 def llama_cases(workdir: str) -> list:

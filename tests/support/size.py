@@ -153,6 +153,27 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # stacked_rows, rows.stacked_fixed_terms), the top-2 bound first and the coupled bound only on the rows its
 # failures reach (grid_coupled), the groups in bands by max token; rule "d"'s sorted count kept for 3 free
 # positions (accuracy +35; seed1's pattern groups 0.28-0.34 -> 0.15-0.21 CPU s, the same credits).
+# The prediction kind's logit gaps by the exact layer in Python integers (prediction/gaps.py: GapTable, column
+# norm bounds of float16/32 W_U from exact squares on per-column units, the gap table from c W_U read as integers;
+# __init__.py: the table through gap_at / certify_gap, Fractions only for the gaps below the margin): prediction
+# +95; exact_rounding.row_integers (an exact product's row as Python ints on one power of two): exact +9.
+# The forward pass's radii in integers (error_balls.py: up / sqrt_up / sqrt_down through _up_int / _sqrt_int,
+# up_affine and sqrt_sum_up for the per-row radii of dyadic terms, the same values as the Fraction forms;
+# row_sq_uppers: head_output's maxima from exact sums without an enclosure per row; exact_rotate's delta term
+# from the centre's largest entries instead of exact row norms): kernel +32.
+# LayerNorm's bias inside the normalised centre's two parts instead of a third part (exact_products.plus_row: b
+# as one more exact term on the product's scales; error_balls.exact_normalise): exact +17, kernel +2.
+# entrywise_sum's digit products as the first factor's digits times `_partials` of the others (same-offset
+# products summed while exact; peaks measured once per digit), and one Fraction per row in split_centre and
+# trimmed: exact +12.
+# entrywise_sum's squares x * x with each digit pair once, doubled (exact +3).
+# W_U's cut for the gap table from the row cut of its transpose (gaps.unembedding_cut: the same Slices as
+# cut_cols, contiguous blocks): prediction +5.
+# The local claim for L >= 2 layers by propagated bounds (propagated.py 222: x's own forward pass per block,
+# the block constants, the per-query head rule with wild keys, the changed position's V candidate rows per block
+# (block 0; every block of a causal model) and the per-token rule on them, the propagation per changed position;
+# local.py +26: the L-layer dispatch, final_parts split out, propagated_floors / survives_propagated; cost.py +5)
+# added influence 253.
 # Influence at 12 layers of Pythia-160M shape (speed, the same numbers): W_E's squares and sums made once and
 # shared by every LayerNorm map's minimum, the token norm and block 0's value sets, a parallel block's two maps
 # reading one minimum (norms.py RowTerms / centred_minima, blocks.py Reach.embeds): influence +18. Block 0's
@@ -160,7 +181,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # centre from float estimates (any centre is sound) and its radius from the quadratic form s^2 q Q q^T + 2 s q
 # W_O m^T + |m|^2 per row, the error term with ||W_O||_2 (vocabulary.py scaled_value_sets / head_ball, replacing
 # fast_blocks): influence +30; exact_backend.quadratic_rows (max_quadratic's per-row bounds): exact +3.
-BUDGETS = {"kernel": 2081, "exact": 877, "prediction": 96, "overwhelm": 728, "accuracy": 1239, "influence": 970}
+BUDGETS = {"kernel": 2115, "exact": 918, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -16,6 +16,11 @@ def cost(cfg, claim, evidence):
                  f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")
     tokens = at(claim, "corollary", "prediction", "tokens")
     local = at(claim, "local", "prediction", "tokens")
+    if local is not None and L >= 2:   # propagated: ~15 operations per changed position, block, query, head and key;
+        n = length(local)                # block 0 every token's score per (query, position) pair; the V x d products
+        work = 15 * L * H * n ** 3 + 12 * H * n * n * v + MATRIX * (H * v * d * (d + dh) + L * (H * n * n * d + products))
+        return Cost(work, MATRIX_BYTES * (3 * v * d + n * n * v) + SCALAR_BYTES * (H * n * n * v + L * H * n * n),
+                    f"this local influence certificate (n = {n}, {L} layers)") + forward(cfg, n)
     if local is not None:   # the local rule: every token's exp-score and its ~20 exact operations per head and position;
         n = length(local)   # per exact change ~6 H d operations and a 1 x d by d x V product; with competitors one
         ex, comp = length(at(claim, "local", "exact_changes")), length(at(claim, "local", "competitors"))

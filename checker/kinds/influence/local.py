@@ -24,6 +24,7 @@ from tcert.checker.errors import BadInput
 from tcert.checker.exact_backend import difference_minima
 from tcert.checker.forward import Weights, attn_divisor, final_residual, rotary_angles, rotary_pairs, rotate
 from tcert.checker.kinds.influence.norms import centred_scaled, max_row_dist, row_dists
+from tcert.checker.kinds.influence.propagated import propagated_change, supported_layers
 from tcert.checker.kinds.influence.sublayers import finite_inputs
 from tcert.checker.kinds.prediction import check_claim as check_prediction
 from tcert.checker.kinds.prediction import parse_claim as parse_prediction
@@ -34,8 +35,10 @@ WHERE = "claim.local"
 
 def supported(cfg):
     """One line of refusal for what the local rule does not cover."""
-    if cfg.n_layers != 1 or not (cfg.parallel_attn_mlp or cfg.attn_only) or cfg.positional_embedding_type == "standard":
-        raise BadInput("claim.local: only 1-layer models with parallel or attention-only blocks and rotary or no "
+    if cfg.n_layers >= 2:
+        return supported_layers(cfg)
+    if not (cfg.parallel_attn_mlp or cfg.attn_only) or cfg.positional_embedding_type == "standard":
+        raise BadInput("claim.local: 1-layer models need parallel or attention-only blocks and rotary or no "
                        "positions (docs/influence.md, 'Local certificates')")
     if cfg.llama_pieces():
         raise BadInput(f"claim.local: {', '.join(cfg.llama_pieces())} not covered by the local rule (the global claim covers them)")
@@ -101,12 +104,23 @@ def position_bounds(B, views, tokens, j, Es) -> tuple:
 def local_parts(B, model, tokens) -> dict:
     """The local derivation on x = tokens: change and change_prob (single substitutions), the per-head
     pattern data for `movement`, the final LN's local Lipschitz rule and the folded unembedding M (d x V)."""
-    cfg, t, n = model.config, model.tensors, len(tokens)
+    cfg, n = model.config, len(tokens)
+    if cfg.n_layers >= 2:   # propagated block by block (propagated.py)
+        change, per = propagated_change(B, model, tokens)
+        return {**final_parts(B, model, tokens, change), "per_position": per}
     X_all, div = finite_inputs(B, model), attn_divisor(B, cfg)
     views = [head_view(B, model, tokens, h, X_all, div) for h in range(cfg.n_heads)]
     pos = [position_bounds(B, views, tokens, j, [exp_scores(B, v, j) for v in views]) for j in range(n - 1)]
     change = max(c for c, _, _ in pos) if n > 1 else Fraction(0)
     heads = [(v["r"], v["e_lo"], v["e_hi"], [per[h] for _, per, _ in pos]) for h, v in enumerate(views)]
+    return {**final_parts(B, model, tokens, change), "heads": heads, "views": views,
+            "pair_moves": [N for _, _, N in pos]}
+
+
+def final_parts(B, model, tokens, change) -> dict:
+    """What the gaps read, given `change`: change_prob, the final LN's local Lipschitz rule and sigma(y')'s ends,
+    the folded unembedding M (d x V) and the actual last residual y."""
+    cfg, t = model.config, model.tensors
     y = final_residual(B, model, tokens, Weights(B, model))
     M = centred_scaled(B, t["ln_final.w"], t["unembed.W_U"]) if cfg.final_ln else B.array(t["unembed.W_U"])
     mean = B.fsum(y) / cfg.d_model
@@ -120,9 +134,8 @@ def local_parts(B, model, tokens) -> dict:
         return B.upper(1 / scale(D, "lo")) if cfg.final_ln else Fraction(1)
     lo, hi = M.T.col_bounds()
     radius = max_row_dist(B, M.T, [B.num((a + b) / 2) for a, b in zip(lo, hi)])
-    return {"change": change, "change_prob": min(radius * lip_f(change) * change, Fraction(2)), "heads": heads,
-            "lip_f": lip_f, "scale": scale, "unembed": M, "n": n, "views": views, "tokens": list(tokens), "y": y,
-            "pair_moves": [N for _, _, N in pos],
+    return {"change": change, "change_prob": min(radius * lip_f(change) * change, Fraction(2)), "lip_f": lip_f,
+            "scale": scale, "unembed": M, "n": len(tokens), "tokens": list(tokens), "y": y,
             **({"ln": True} if cfg.final_ln else {})}
 
 
@@ -307,6 +320,23 @@ def parse_changes(value, n: int, V: int) -> list:
     return out
 
 
+def propagated_floors(B, needs, gs, k, R) -> list:
+    """L layers, R <= 1: per competitor b, (b, its gap on x, u_b's share ||u_b|| lip_f(D) D of the movement, D =
+    change): the final LN's output moves by <= lip_f(D) D, so l_k - l_b moves by <= ||u_b|| times that."""
+    cols, move = needs["unembed"].T, movement(needs, R)
+    norms = row_dists(B, cols, cols.rows()[k])
+    return [(b, gap_floor(B, needs, gs[b], Fraction(0), 0), norms[b] * move) for b in range(len(gs)) if b != k]
+
+
+def survives_propagated(B, ob, fig, needs, gs, k, R) -> Fraction:
+    """Every competitor's gap stays > 0 after any R <= 1 change (`propagated_floors`); returns the smallest."""
+    fig[f"{WHERE}.movement"], worst = movement(needs, R), None
+    for b, gap, move in propagated_floors(B, needs, gs, k, R):
+        ob.require(gap - move > 0, f"competitor {b}: ||u_b||*lip_f*change = {show(move)} is not < its gap {show(gap)}")
+        worst = gap - move if worst is None else min(worst, gap - move)
+    return worst if worst is not None else Fraction(0)
+
+
 def survives_one(B, model, ob, fig, needs, k, gs, changes) -> Fraction:
     """R = 1: every single change (j, t) keeps every gap > 0, either screened (lip_f(change) N_(j,t) < rho,
     `safety_radius`) or listed in `changes` and evaluated exactly (`exact_gaps`). Returns the smallest
@@ -355,24 +385,31 @@ def check_local(model, B, ob, local: dict) -> str:
     tokens, k, margin = parse_prediction(local["prediction"], model.config, f"{WHERE}.prediction")
     competitors = parse_competitors(local.get("competitors", []), model.config.d_vocab, k)
     changes = parse_changes(local.get("exact_changes", []), len(tokens), model.config.d_vocab)
-    R = parse_int(local["substitutions"], f"{WHERE}.substitutions", 0, max(len(tokens) - 1, 0))
+    deep = model.config.n_layers >= 2
+    R = parse_int(local["substitutions"], f"{WHERE}.substitutions", 0, min(len(tokens) - 1, 1) if deep else max(len(tokens) - 1, 0))
+    if deep and (competitors or changes):
+        raise BadInput(f"{WHERE}: competitors and exact_changes are 1-layer hints (the L-layer rule takes none)")
     claimed = {key: parse_number(local[key], f"{WHERE}.{key}") for key in ("change", "change_prob", "gap_lipschitz")}
     check_prediction(B, model, local["prediction"], ob, f"{WHERE}.prediction", name="influence local: prediction logit gap")
     needs = local_parts(B, model, tokens)
     for key in ("change", "change_prob"):
         with ob.step(f"influence local: {key}") as fig:
             need = fig[f"{WHERE}.{key}"] = needs[key]
+            for block, moves in enumerate(list(zip(*needs.get("per_position", [])))[:-1] if key == "change" else []):
+                fig[f"{WHERE}.change.block{block}"] = max(moves)   # L layers: the largest movement after each block
             ob.require(claimed[key] >= need, f"claimed {show(claimed[key])} is below the recomputed {show(need)}")
     with ob.step("influence local: gap_lipschitz") as fig:
         columns = needs["unembed"].T
         need = fig[f"{WHERE}.gap_lipschitz"] = max_row_dist(B, columns, columns.rows()[k])
         ob.require(claimed["gap_lipschitz"] >= need, f"claimed {show(claimed['gap_lipschitz'])} is below {show(need)}")
     with ob.step("influence local: R changes cannot close the gap") as fig:
-        floor = fig[f"{WHERE}.gap_floor"] = survives(B, model, ob, fig, needs, k, R, claimed["gap_lipschitz"], competitors,
-                                                     changes)
+        floor = fig[f"{WHERE}.gap_floor"] = (
+            survives_propagated(B, ob, fig, needs, gaps(B, model, needs, k), k, R) if deep else
+            survives(B, model, ob, fig, needs, k, R, claimed["gap_lipschitz"], competitors, changes))
         move = fig[f"{WHERE}.movement"]
     return (f"on this input of length {len(tokens)}: one changed non-final token moves the last residual by <= "
             f"{show(claimed['change'])} and the distribution (L1) by <= {show(claimed['change_prob'])}; the next "
             f"token {k} (margin {show(margin)}) survives ANY change of <= {R} non-final tokens (every gap stays >= "
-            f"{show(floor)}; {len(changes)} single change(s) evaluated exactly, {len(competitors)} competitor(s) along "
-            f"their own direction, the rest by G*lip*movement <= {show(move)})")
+            f"{show(floor)}; " + (f"propagated through {model.config.n_layers} blocks, each gap moved by <= ||u_b|| lip_f "
+            f"change, lip_f change <= {show(move)})" if deep else f"{len(changes)} single change(s) evaluated exactly, "
+            f"{len(competitors)} competitor(s) along their own direction, the rest by G*lip*movement <= {show(move)})"))

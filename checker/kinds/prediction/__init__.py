@@ -18,8 +18,9 @@ from typing import NamedTuple
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
-from tcert.checker.forward import Weights, last_logits
+from tcert.checker.forward import Weights, last_logits, unembed_input
 from tcert.checker.interval import make_backend
+from tcert.checker.kinds.prediction.gaps import GapTable, exact_gap_table
 from tcert.checker.kinds.prediction.precision import MAX_PREC, WORK_LIMIT, next_precision, pass_cost
 from tcert.checker.numbers import parse_int, parse_number, show
 
@@ -51,10 +52,16 @@ def parse_claim(claim: dict, cfg, where: str = "claim"):
     return tokens, k, margin
 
 
-def gap_bounds(B, model, tokens: list, k: int, W=None) -> list:
-    """(lower, upper) exact bounds of logit_k - logit_j at the last position, for every j (j = k gives 0)."""
-    logits = last_logits(B, model, tokens, W)
-    diffs = [logits[k] - x for x in logits]
+def gap_bounds(B, model, tokens: list, k: int, W=None):
+    """(lower, upper) exact bounds of logit_k - logit_j at the last position, for every j (j = k gives 0):
+    a `GapTable` by the exact layer where it applies (`gaps.py`), else a list from the logit enclosures."""
+    W = W or Weights(B, model)
+    x = unembed_input(B, model, tokens, W)
+    table = exact_gap_table(B, W, x, k)
+    if table is not None:
+        return table
+    logits = last_logits(B, model, tokens, W, x)
+    diffs = [logits[k] - y for y in logits]
     return [(Fraction(0), Fraction(0)) if j == k else (B.lower(d), B.upper(d)) for j, d in enumerate(diffs)]
 
 
@@ -65,9 +72,13 @@ def logit_gaps(B, model, tokens: list, k: int, W=None) -> list:
 
 def gap_at(B, model, tokens: list, k: int, W) -> tuple:
     """(lower, j, upper, bounds) at B's precision: the certified min gap and its runner-up j, an upper bound
-    of the true min gap, and the (lower, upper) bounds of every gap j != k."""
+    of the true min gap, and the (lower, upper) bounds of every gap j != k (a sequence of Fraction pairs)."""
     with B.precision():
-        bounds = [g for j, g in enumerate(gap_bounds(B, model, tokens, k, W)) if j != k]
+        table = gap_bounds(B, model, tokens, k, W)
+    if isinstance(table, GapTable):
+        table = table.without(k)
+        return (*table.extremes(), table)
+    bounds = [g for j, g in enumerate(table) if j != k]
     lower, j = min((lo, j + (j >= k)) for j, (lo, _) in enumerate(bounds))
     return lower, j, min(hi for _, hi in bounds), bounds
 
@@ -78,8 +89,11 @@ def certify_gap(B, model, tokens: list, k: int, margin: Fraction, W=None) -> Gap
     W, start, spent = W or Weights(B, model), B.prec, pass_cost(B.prec)
     while True:
         lower, j, upper, bounds = gap_at(B, model, tokens, k, W)
-        nxt = next_precision(B.prec, bounds, margin)
-        stop = ("" if lower >= margin else "refuted" if upper < margin else "cap" if nxt > max(MAX_PREC, start)
+        if lower >= margin:
+            return Gap(lower, j, upper, B.prec, "")
+        short = bounds.below(margin) if isinstance(bounds, GapTable) else bounds   # only these raise the precision
+        nxt = next_precision(B.prec, short, margin)
+        stop = ("refuted" if upper < margin else "cap" if nxt > max(MAX_PREC, start)
                 else "work" if spent + pass_cost(nxt) > WORK_LIMIT * pass_cost(start) else None)
         if stop is not None:
             return Gap(lower, j, upper, B.prec, stop)

@@ -1,0 +1,145 @@
+"""The last position's logit gaps by the exact layer, in Python integers: no Arb entry and no Fraction per logit.
+
+With x the final (normalised) state, a ball of centre c (float64 parts, their exact sum) and l2 radius e,
+logit_j = x . w_j + b_j (w_j = W_U[:, j]) and, for every exact x in the ball,
+
+    logit_k - logit_j = (c . w_k + b_k) - (c . w_j + b_j) + (x - c) . (w_k - w_j),
+    |(x - c) . (w_k - w_j)| <= e ||w_k - w_j||_2 <= e (n_k + n_j)         for n_j >= ||w_j||_2.
+
+c W_U is an exact product (`exact_backend.parts_times_point`), read as one integer per logit on a common
+power of two (`exact_rounding.row_integers`); the stored b_U and n_j (`column_norms`) are integers on powers
+of two as well, and e is rounded up to one. So every gap's lower and upper bound is an exact integer times
+2^exp (`GapTable`), and a Fraction is made only for the few bounds a caller reads.
+"""
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from tcert.checker import exact_backend
+from tcert.checker.exact_products import Slices, _require, bits_for, cut_rows, exact_matrix
+from tcert.checker.exact_rounding import row_integers
+from tcert.checker.interval import EXACT_MAX_PREC
+
+NORM_SHIFT = 20          # n_j = ceil(sqrt(N_j 4^NORM_SHIFT)) 2^-NORM_SHIFT: >= 40 significant bits
+COLUMN_CHUNK = 256       # columns per block when summing squares (cache-sized temporaries)
+
+
+class GapTable(Sequence):
+    """Exact bounds (lows[j] 2^exp, highs[j] 2^exp) of logit_k - logit_j for the token indices `index`;
+    item i is the pair of Fractions for j = index[i]."""
+
+    def __init__(self, lows: list, highs: list, exp: int, index=None):
+        self.lows, self.highs, self.exp = lows, highs, exp
+        self.index = range(len(lows)) if index is None else index
+
+    def __len__(self):
+        return len(self.index)
+
+    def __getitem__(self, i):
+        j = self.index[i]
+        return self.value(self.lows[j]), self.value(self.highs[j])
+
+    def value(self, v: int) -> Fraction:
+        return Fraction(v << self.exp) if self.exp >= 0 else Fraction(v, 1 << -self.exp)
+
+    def without(self, k: int) -> "GapTable":
+        """The same bounds for every j but k."""
+        return GapTable(self.lows, self.highs, self.exp, [j for j in self.index if j != k])
+
+    def extremes(self):
+        """(least lower bound, its j, least upper bound), compared as integers (one power of two)."""
+        j = min(self.index, key=self.lows.__getitem__)
+        return self.value(self.lows[j]), j, self.value(min(self.highs[i] for i in self.index))
+
+    def below(self, margin: Fraction) -> list:
+        """The (lower, upper) pairs whose lower bound is below `margin` (integer comparisons)."""
+        num, den = margin.numerator, margin.denominator
+        lhs = (lambda v: (v << self.exp) * den) if self.exp >= 0 else (lambda v: v * den)
+        rhs = num if self.exp >= 0 else num << -self.exp
+        return [(self.value(self.lows[j]), self.value(self.highs[j])) for j in self.index if lhs(self.lows[j]) < rhs]
+
+
+def dyadic_up(x: Fraction) -> tuple:
+    """(n, e) with n 2^e >= x >= 0 exactly (x itself when dyadic; else >= 64 significant bits, rounded up)."""
+    num, den = x.numerator, x.denominator
+    if den & (den - 1) == 0:
+        return num, -(den.bit_length() - 1)
+    s = max(0, 64 + den.bit_length() - num.bit_length())
+    return -(-(num << s) // den), -s
+
+
+def float_integers(a) -> tuple:
+    """(v, e): Python ints v_j with a_j = v_j 2^e for a float64 vector a, exactly: a = f 2^E (frexp) with
+    f 2^53 an integer below 2^53 (float64 has 53 bits), so a = (f 2^53) 2^(E - 53), shifted to the least E."""
+    frac, ex = np.frexp(a)
+    low = int(ex.min(initial=0)) - 53
+    mant = np.ldexp(frac, 53).astype(np.int64).tolist()
+    return [m << s for m, s in zip(mant, (ex - 53 - low).tolist())], low
+
+
+def column_norms(w):
+    """(r, h): Python ints with ||w[:, j]||_2 <= r_j 2^h_j for stored float16/32 weights w (d x n); None for
+    wider ones. Squares of p-bit mantissas (p <= 24) are exact in float64 (2p <= 53 bits; a float32 square
+    lies within 2^-298 .. 2^256). On column j's unit 2^g_j (g_j = top_j - q, every square < 2^top_j,
+    d 2^(q+1) <= 2^53) a square s counts ceil(fl(s 2^-g_j)) + 1 units (+0 for s = 0): where s >= 2^g_j the
+    product by the power of two is exact (a normal result in [1, 2^q)), elsewhere s 2^-g_j < 1 and any
+    rounding of it lies in [0, 1]; so each count is an integer in [s 2^-g_j, 2^q + 1] and the column sums N_j
+    are integers <= d (2^q + 1) <= 2^53, which float64 sums exactly. Then ||w_j||^2 <= N_j 2^g_j, and
+    (g_j made even) n_j = ceil(sqrt(N_j 4^S)) 2^(g_j/2 - S) in integers."""
+    w = np.asarray(w)
+    if w.dtype not in (np.float16, np.float32) or w.ndim != 2 or not w.shape[0]:
+        return None
+    q = 52 - (w.shape[0] - 1).bit_length()
+    _require(q >= 24, "a column too long for exact sums of squares")
+    r, h = [], []
+    for start in range(0, w.shape[1], COLUMN_CHUNK):
+        sq = np.square(w[:, start:start + COLUMN_CHUNK], dtype=np.float64)
+        g = np.frexp(sq.max(axis=0))[1].astype(np.int64) - q
+        _require(-1022 <= (-g).min(initial=0) and (-g).max(initial=0) <= 1023, "a column's unit out of range")
+        sums = np.ceil(sq * np.ldexp(1.0, -g)).sum(axis=0) + np.count_nonzero(sq, axis=0)
+        for n, e in zip(sums.astype(np.int64).tolist(), g.tolist()):
+            n, e = (n << 1, e - 1) if e & 1 else (n, e)
+            t = n << 2 * NORM_SHIFT
+            root = math.isqrt(t)
+            r.append(root if root * root == t else root + 1)
+            h.append(e // 2 - NORM_SHIFT)
+    return r, h
+
+
+def unembedding_cut(w, bits: int) -> Slices:
+    """W_U (d x V, finite) cut as a right factor, one scale per column, from the row cut of its transpose: the
+    same digits, lines, scales and bounds as `cut_cols` (a column of W is a row of W^T, and cutting works on
+    each line's own scale), made on contiguous rows (W^T's blocks of rows join as one copy, not a gather)."""
+    r = cut_rows(np.ascontiguousarray(w.T, dtype=np.float64), bits)
+    return Slices([d.T for d in r.digits], r.index, r.scale, bits, 1, r.shape[::-1], list(zip(r.line_max, r.line_sum)))
+
+
+def exact_gap_table(B, W, x, k: int):
+    """The `GapTable` of every j at the final state x (Rows of one row) for the predicted token k, by the
+    exact layer (module docstring); None where it does not apply (the layer off, x's centre not a point
+    of float64 parts, W_U not float16/32, a part beyond the float range)."""
+    if not (B.exact and B.prec <= EXACT_MAX_PREC):
+        return None
+    parts = exact_backend.point_parts(x.centre, B)
+    norms = W.norms.get(("column bounds", "unembed.W_U"))
+    if norms is None:
+        norms = W.norms[("column bounds", "unembed.W_U")] = column_norms(W.model.tensors["unembed.W_U"])
+    if parts is None or norms is None or not all(np.isfinite(p).all() for p in parts):
+        return None
+    w = np.asarray(W.model.tensors["unembed.W_U"])
+    if not np.isfinite(w).all():
+        return None
+    centre, ce = row_integers(exact_backend.parts_times_point(parts, unembedding_cut(w, bits_for(w.shape[0]))))
+    bias, be = float_integers(exact_matrix(W.model.tensors["unembed.b_U"])[0])
+    (r, h), (en, ee) = norms, dyadic_up(x.eps[0])
+    hmin = min(h)
+    exp = min(ce, be, ee + hmin)
+    logit = [(c << (ce - exp)) + (b << (be - exp)) for c, b in zip(centre, bias)]
+    rad = [(en * v) << (s + ee - exp) for v, s in zip(r, h)]
+    lows = [logit[k] - y - rad[k] - z for y, z in zip(logit, rad)]
+    highs = [logit[k] - y + rad[k] + z for y, z in zip(logit, rad)]
+    lows[k] = highs[k] = 0
+    return GapTable(lows, highs, exp)
