@@ -558,10 +558,17 @@ def point_bounds(a, w):
 
 def max_quadratic(y, ends):
     """An exact Fraction >= max_r y_r Q y_r^T for a float64 matrix y of exact values and P = y Q within
-    `ends` (one or two parts per end; `outer_floats`); None outside `_in_range`. Per entry y_rj P_rj <=
-    y_rj U_rj where y_rj >= 0, else y_rj L_rj; each such product is the exact sum of six piece products
-    (y as three `_pieces`, the other factor as its top 27 bits and the rest, as in `scaled_rows_bounds`),
-    and each row's terms are summed by the exact product with a column of ones, rounded up once."""
+    `ends` (one or two parts per end; `outer_floats`); None outside `_in_range` (`quadratic_rows`)."""
+    top = quadratic_rows(y, ends)
+    return None if top is None else Fraction(float(top.max()))
+
+
+def quadratic_rows(y, ends):
+    """float64 U with U_r >= y_r Q y_r^T per row r, for y and P = y Q within `ends` as in `max_quadratic`;
+    None outside `_in_range`. Per entry y_rj P_rj <= y_rj U_rj where y_rj >= 0, else y_rj L_rj; each such
+    product is the exact sum of six piece products (y as three `_pieces`, the other factor as its top 27
+    bits and the rest, as in `scaled_rows_bounds`), and each row's terms are summed by the exact product
+    with a column of ones, rounded up once."""
     L, U = outer_floats(ends)
     v = np.where(y >= 0, U, L)
     if not _in_range(y, v):
@@ -571,4 +578,4 @@ def max_quadratic(y, ends):
     terms = np.concatenate([a * b for a in _pieces(y) for b in (top, v - top)], axis=1)
     bits = bits_for(terms.shape[1])
     total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
-    return Fraction(float(float_bounds(total)[1].max()))
+    return float_bounds(total)[1].ravel()

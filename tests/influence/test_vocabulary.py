@@ -11,7 +11,7 @@ import pytest
 from tcert.checker import exact_backend
 from tcert.checker.forward import kv_head
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence import vocabulary
+from tcert.checker.kinds.influence import norms, vocabulary
 from tcert.checker.kinds.influence.norms import max_row_dist
 from tcert.checker.kinds.influence.sublayers import LNMap, fold
 from tcert.checker.modelfile import kv_names, load_model
@@ -27,6 +27,7 @@ def blockwise(monkeypatch):
     """Force the blockwise route (no tables) with blocks of 7 tokens, so several blocks and a short last one."""
     monkeypatch.setattr(vocabulary, "TABLE_ENTRIES", 0)
     monkeypatch.setattr(vocabulary, "VOCAB_ROWS", 7)
+    monkeypatch.setattr(norms, "VECTOR_ROWS", 7)   # scaled_value_sets reads the blocks of norms.RowTerms
 
 
 def tiny(tmp_path, key, vocab=23, dtype=None):
@@ -101,13 +102,20 @@ def test_value_sets_match_the_tables_and_contain_every_value(tmp_path, blockwise
                 assert far <= mp(br) - slack
 
 
-def test_the_exact_layer_route_is_taken(tmp_path, blockwise):
-    """On flint (exact layer on) a LayerNorm model's blocks come from fast_blocks (points and an error bound)."""
+def test_the_exact_layer_route_is_taken(tmp_path, blockwise, monkeypatch):
+    """On flint (exact layer on) a LayerNorm model's value sets come from scaled_value_sets (no interval rows of
+    LN1 outputs: token_blocks is never called), with an error bound below 1e-12 per block; its radii are within
+    4e-14 (relative) of the table's on this model; mpmath takes the interval route."""
     model, B = tiny(tmp_path, "neox"), make_backend("flint")
+    monkeypatch.setattr(vocabulary, "token_blocks", None)
+    seen = []
+    real = vocabulary.head_ball
+    monkeypatch.setattr(vocabulary, "head_ball", lambda B, kept, *a: seen.append((len(kept), a[-1])) or real(B, kept, *a))
     with B.precision():
         assert vocabulary.exact_layernorm(B, model)
-        blocks = list(vocabulary.token_blocks(B, model))
-    assert len(blocks) == 4 and all(exact_backend.is_point(y) and 0 < e < Fraction(1, 10 ** 12) for y, e in blocks)
+        got, table = vocabulary.value_sets(B, model), vocabulary.table_value_sets(B, model)
+    assert len(seen) == 2 and all(n == 4 and 0 < e < Fraction(1, 10 ** 12) for n, e in seen)
+    assert all(abs(g[1] - t[1]) <= t[1] * Fraction(4, 10 ** 14) for g, t in zip(got, table))
     assert not vocabulary.exact_layernorm(make_backend("mpmath"), model)
 
 
@@ -186,6 +194,11 @@ def test_max_quadratic_and_widths():
     exact = max(sum(Fraction(y[r, i]) * Fraction(Q[i, j]) * Fraction(y[r, j]) for i in range(4) for j in range(4))
                 for r in range(5))
     assert exact <= got <= exact + abs(exact) * Fraction(1, 2 ** 45)
+    rows = exact_backend.quadratic_rows(y, P)     # per row, as head_ball reads it
+    for r in range(5):
+        value = sum(Fraction(y[r, i]) * Fraction(Q[i, j]) * Fraction(y[r, j]) for i in range(4) for j in range(4))
+        assert value <= Fraction(rows[r]) <= value + exact * Fraction(1, 2 ** 45)
+    assert exact_backend.quadratic_rows(y * 2.0 ** 500, P) is None
     width = exact_backend.widths(P)
     assert all(Fraction(w) >= Fraction(b) - Fraction(a) for w, a, b in zip(width.ravel(), P[0][0].ravel(), P[1][0].ravel()))
 

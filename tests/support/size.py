@@ -174,7 +174,14 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # (block 0; every block of a causal model) and the per-token rule on them, the propagation per changed position;
 # local.py +26: the L-layer dispatch, final_parts split out, propagated_floors / survives_propagated; cost.py +5)
 # added influence 253.
-BUDGETS = {"kernel": 2115, "exact": 915, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1175}
+# Influence at 12 layers of Pythia-160M shape (speed, the same numbers): W_E's squares and sums made once and
+# shared by every LayerNorm map's minimum, the token norm and block 0's value sets, a parallel block's two maps
+# reading one minimum (norms.py RowTerms / centred_minima, blocks.py Reach.embeds): influence +18. Block 0's
+# value sets without scaling any entry by 1/(d sigma): the point Z = x G_lo per block of tokens, each head's
+# centre from float estimates (any centre is sound) and its radius from the quadratic form s^2 q Q q^T + 2 s q
+# W_O m^T + |m|^2 per row, the error term with ||W_O||_2 (vocabulary.py scaled_value_sets / head_ball, replacing
+# fast_blocks): influence +30; exact_backend.quadratic_rows (max_quadratic's per-row bounds): exact +3.
+BUDGETS = {"kernel": 2115, "exact": 918, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

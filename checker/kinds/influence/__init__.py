@@ -54,7 +54,7 @@ def certified_needs(model, B, ledger, n_max: int, power: int) -> dict:
     that records a value instead, so its constants are exactly what this derivation accepts."""
     cfg = model.config
     state = embedding(B, ledger, model, n_max)
-    finite = value_sets(B, model) if cfg.positional_embedding_type != "standard" else None
+    finite = value_sets(B, model, state.reach.embeds) if cfg.positional_embedding_type != "standard" else None
     for layer in range(cfg.n_layers):
         state = block(B, ledger, model, layer, state, n_max, power, finite)
     ln, radius, M = unembedding(B, ledger, model, state)

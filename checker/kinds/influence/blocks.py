@@ -8,10 +8,11 @@ claimed (larger) predecessors is sound. `Induction` is the hypothesis carried fr
 from fractions import Fraction
 from typing import NamedTuple
 
+import numpy as np
 
 from tcert.checker.forward import attn_divisor, kv_head
 from tcert.checker.modelfile import kv_names
-from tcert.checker.kinds.influence.norms import max_row_dist, max_row_dists
+from tcert.checker.kinds.influence.norms import EXACT_DTYPES, RowTerms, max_row_dist, max_row_dists
 from tcert.checker.kinds.influence.rates import cap_factor, rest_cap, row_cap
 from tcert.checker.kinds.influence.vocabulary import unembedding_ball
 from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_norm_map, mlp,
@@ -19,10 +20,12 @@ from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_no
 
 
 class Reach(NamedTuple):
-    """Where a residual can be: e_t + z with z in ball(centre, radius) for some token t (step 1)."""
+    """Where a residual can be: e_t + z with z in ball(centre, radius) for some token t (step 1); embeds: the
+    RowTerms of W_E (the e_t), shared by every LayerNorm map (None: computed per map)."""
 
     centre: list
     radius: Fraction
+    embeds: RowTerms | None = None
 
 
 class Induction(NamedTuple):
@@ -39,7 +42,7 @@ class Induction(NamedTuple):
 
 def add_ball(B, reach: Reach, centre: list, radius: Fraction) -> Reach:
     """The reach after adding a sublayer output from ball(centre, radius)."""
-    return Reach([a + b for a, b in zip(reach.centre, centre)], reach.radius + radius)
+    return Reach([a + b for a, b in zip(reach.centre, centre)], reach.radius + radius, reach.embeds)
 
 
 # --- embedding and unembedding ------------------------------------------------------------------
@@ -48,8 +51,9 @@ def embedding(B, ld, model, n_max: int) -> Induction:
     """Step 1 and the base of step 6: B_0 = max ||W_E[t]|| (+ max ||W_pos[p]|| for learned positions);
     residuals e_t (+ W_pos[p], within pos_radius of the table's bounding-box midpoint); E_0 = spread_0 = 0."""
     cfg, t = model.config, model.tensors
-    centre, radius = [B.num(0)] * cfg.d_model, Fraction(0)
-    token = ld.const("embed.token_norm", lambda: max_row_dist(B, t["embed.W_E"]))
+    centre, radius, embeds = [B.num(0)] * cfg.d_model, Fraction(0), RowTerms(B, t["embed.W_E"])
+    exact = np.asarray(t["embed.W_E"]).dtype in EXACT_DTYPES   # max_row_dist's route by the squares
+    token = ld.const("embed.token_norm", lambda: embeds.max_norm() if exact else max_row_dist(B, t["embed.W_E"]))
     position = Fraction(0)
     if cfg.positional_embedding_type == "standard":
         table = B.array(t["pos_embed.W_pos"][:n_max])
@@ -59,7 +63,7 @@ def embedding(B, ld, model, n_max: int) -> Induction:
         position = ld.const("embed.pos_norm", lambda: norm)
         radius = ld.const("embed.pos_radius", lambda: radius)
     bound = ld.const("B0", lambda: token + position)
-    return Induction(bound, Reach(centre, radius), Fraction(0), Fraction(0), None)
+    return Induction(bound, Reach(centre, radius, embeds), Fraction(0), Fraction(0), None)
 
 
 def unembedding(B, ld, model, final: Induction) -> tuple:

@@ -79,20 +79,54 @@ def min_centred_norms(B, arr, offsets, centred: bool = True) -> list:
     """For each offset row c (a list of interval scalars), a lower bound of min_r ||P (arr[r] + c)||_2, P the
     centring projection I - 11^T/d (centred False: P = I, for RMSNorm): ||P z||^2 = ||z||^2 - (sum z)^2 / d
     with z = arr[r] + c (arr: a stored array), blockwise."""
-    d = arr.shape[1]
+    return centred_minima(B, RowTerms(B, arr).blocks(), offsets, centred)
+
+
+def centred_minima(B, blocks, offsets, centred: bool) -> list:
+    """`min_centred_norms` from the array's blocks (part, ||rows||^2, row sums) as `RowTerms.blocks` makes them."""
+    d = blocks[0][0].shape[1]
     cols = B.matrix([list(c) for c in offsets]).T
-    ones = B.array(np.ones((d, 1)))
-    c_sq, c_sum = [r[j] for j, r in enumerate((cols.T @ cols).rows())], (cols.T @ ones).rows()
-    best, arr = [None] * len(offsets), np.asarray(arr)
-    for start in range(0, arr.shape[0], VECTOR_ROWS):
-        part = arr[start:start + VECTOR_ROWS]
-        blk = B.array(part)
-        g, x, s = row_squares(B, part), (blk @ cols).rows(), (blk @ ones).rows()
+    c_sq, c_sum = [r[j] for j, r in enumerate((cols.T @ cols).rows())], (cols.T @ B.array(np.ones((d, 1)))).rows()
+    best = [None] * len(offsets)
+    for part, g, s in blocks:
+        x = (B.array(part) @ cols).rows()
         for j in range(len(offsets)):
-            low = min(B.lower(g[i] + 2 * x[i][j] + c_sq[j] - ((s[i][0] + c_sum[j][0]) ** 2 / d if centred else 0))
-                      for i in range(blk.shape[0]))
+            low = min(B.lower(g[i] + 2 * x[i][j] + c_sq[j] - ((s[i] + c_sum[j][0]) ** 2 / d if centred else 0))
+                      for i in range(part.shape[0]))
             best[j] = low if best[j] is None else min(best[j], low)
     return [B.lower(B.sqrt(B.num(max(b, Fraction(0))))) for b in best]
+
+
+class RowTerms:
+    """What `min_centred_norms` reads of a stored array alone, made on first use and kept: per block of
+    VECTOR_ROWS rows, (the block, its rows' squared norms by `row_squares`, its rows' sums), interval scalars.
+    Every LayerNorm map of the influence derivation bounds min_t ||P (W_E[t] + c)|| for the same W_E and its
+    own offset c, and block 0's value sets need the same squares and sums: a reuse is the same computation on
+    the same numbers (a function of the array and the backend only), so it gives the same bound. A minimum
+    is kept per offset object too (a parallel block's two LayerNorms read the same reach)."""
+
+    def __init__(self, B, arr):
+        self.B, self.arr, self._blocks, self._minima = B, np.asarray(arr), None, {}
+
+    def blocks(self) -> list:
+        """[(part, squares, sums)] per block of VECTOR_ROWS rows."""
+        if self._blocks is None:
+            B, ones = self.B, self.B.array(np.ones((self.arr.shape[1], 1)))
+            self._blocks = [(part, row_squares(B, part), [r[0] for r in (B.array(part) @ ones).rows()])
+                            for part in (self.arr[s:s + VECTOR_ROWS] for s in range(0, self.arr.shape[0], VECTOR_ROWS))]
+        return self._blocks
+
+    def max_norm(self) -> Fraction:
+        """max_r ||arr[r]||_2 from the kept squares (`max_row_dist`'s route for float16/32 arrays)."""
+        top = max(self.B.upper(g) for _, squares, _ in self.blocks() for g in squares)
+        return self.B.upper(self.B.sqrt(self.B.num(max(top, Fraction(0)))))
+
+    def min_centred_norm(self, offset, centred: bool) -> Fraction:
+        """min_centred_norms(B, arr, [offset], centred)[0], computed once per offset object."""
+        key = (id(offset), centred)
+        if key not in self._minima:    # the offset is kept with its minimum, so its id is not reused
+            self._minima[key] = (offset, centred_minima(self.B, self.blocks(), [offset], centred)[0])
+        return self._minima[key][1]
 
 
 def vector_norm(B, v) -> Fraction:

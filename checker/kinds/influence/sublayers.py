@@ -60,7 +60,8 @@ def layer_norm_map(B, ld, model, prefix, name, bound, reach) -> LNMap:
     d, eps, centred = cfg.d_model, B.num(cfg.eps), not cfg.has_rms
 
     def lip():
-        low = min_centred_norms(B, t["embed.W_E"], [reach.centre], centred)[0] - reach.radius
+        low = (reach.embeds.min_centred_norm(reach.centre, centred) if reach.embeds is not None
+               else min_centred_norms(B, t["embed.W_E"], [reach.centre], centred)[0]) - reach.radius
         return B.upper(1 / B.sqrt(B.num(max(low, Fraction(0)) ** 2 / d) + eps))
     lip = ld.const(name + ".lip", lip)
     radius = ld.const(name + ".radius", lambda: min(B.upper(B.sqrt(B.num(d))), B.upper(B.num(bound) / B.sqrt(eps))))

@@ -7,7 +7,9 @@ block of VOCAB_ROWS tokens is made, multiplied by point matrices (the exact laye
 every product exact, rounded outward once), reduced and dropped. Two passes: the bounding box of the set
 (its midpoint, rounded to two float64 parts p1 + p2, is the centre c: any centre is sound), then every
 member's distance from c, computed as one more product, 2 v - (p1 + p2) = [y, 1, 1] [[2 W], [-p1], [-p2]]
-for v = y W, so no table of differences is built.
+for v = y W, so no table of differences is built (`centred_balls`). Block 0 of a LayerNorm model with
+float16/32 weights on the exact layer keeps its tokens' LN scale 1/(d sigma) out of every product and
+reads it per row in the radius' quadratic form (`scaled_value_sets`, `head_ball`).
 """
 
 from fractions import Fraction
@@ -19,14 +21,16 @@ from tcert.checker.errors import Rejected
 from tcert.checker.interval import EXACT_MAX_PREC, IMat
 from tcert.checker.forward import Weights, kv_head, norm_row
 from tcert.checker.kinds.influence.sublayers import finite_inputs
-from tcert.checker.kinds.influence.norms import EXACT_DTYPES, max_row_dist, row_squares, vector_norm
+from tcert.checker.kinds.influence.norms import (EXACT_DTYPES, VECTOR_ROWS, RowTerms, max_row_dist, operator_norm,
+                                                 vector_norm)
 from tcert.checker.modelfile import kv_names
 
-VOCAB_ROWS = 1024   # tokens per block (bounds memory, not the result)
+VOCAB_ROWS = VECTOR_ROWS   # tokens per block (bounds memory, not the result; the blocks of norms.RowTerms)
 # Up to this many entries (d_vocab x d_model) the sets are interval tables, as before this module: at 64 bits
 # their products round below float64's ulp, so their radii are a few ulps tighter than the blockwise ones
 # (which round each product to float64 once), and certificates made before stay byte-identical.
 TABLE_ENTRIES = 1 << 20
+ERR_POWER = 6   # the trace power of ||W_O||_2 in a value set's error term (64 x 64 Gram matrices: cheap)
 
 
 def max_norm(B, D) -> Fraction:
@@ -136,11 +140,8 @@ def value_inputs(model):
 
 def token_blocks(B, model):
     """[u W_V + b_V, 1, 1] for the LN1 outputs u of every token (the embeddings without normalisation) and
-    the heads' W_V, b_V side by side, VOCAB_ROWS tokens at a time: by `fast_blocks` where it applies, else
-    from the LN1 rows as interval scalars (`norm_row`) times [[W_V, 0, 0], [b_V, 1, 1]]."""
-    if exact_layernorm(B, model):
-        yield from fast_blocks(B, model)
-        return
+    the heads' W_V, b_V side by side, VOCAB_ROWS tokens at a time, from the LN1 rows as interval scalars
+    (`norm_row`) times [[W_V, 0, 0], [b_V, 1, 1]] (where `scaled_value_sets` does not apply)."""
     cfg, W_E = model.config, model.tensors["embed.W_E"]
     W_V, b_V = value_inputs(model)
     F = np.zeros((W_V.shape[0] + 1, W_V.shape[1] + 2))
@@ -154,42 +155,79 @@ def token_blocks(B, model):
 
 
 def exact_layernorm(B, model) -> bool:
-    """Whether `fast_blocks` applies: a LayerNorm with float16/32 W_E and gain, d_model < 2^29, on a
+    """Whether `scaled_value_sets` applies: a LayerNorm with float16/32 W_E and gain, d_model < 2^29, on a
     backend with the exact layer at its precision."""
     cfg, t = model.config, model.tensors
     return bool(B.exact and B.prec <= EXACT_MAX_PREC and cfg.has_norm and not cfg.has_rms and cfg.d_model < 2 ** 29
                 and t["embed.W_E"].dtype in EXACT_DTYPES and np.asarray(t["blocks.0.ln1.w"]).dtype in EXACT_DTYPES)
 
 
-def fast_blocks(B, model):
-    """`token_blocks` through the exact layer (where `exact_layernorm`), each block as the point of its
-    enclosures' lower ends and the largest l2 width of a row (`exact_backend.widths`). For an embedding row x:
-    u W_V + b_V = s (x G) + c0 with G = F W_V (F = (d I - 1 1^T) diag(w), exact in float64 as in
-    `norms.folded_norm`), s = 1 / (d sigma(x)) from the row's exact sum and squared norm (|P x|^2 = |x|^2 -
-    (sum x)^2 / d), c0 = b W_V + b_V; the row scaling and the shift by `exact_backend.scaled_rows_bounds`.
-    A block whose floats leave its range fails closed."""
+def scaled_value_sets(B, model, embeds=None) -> list:
+    """`value_sets` through the exact layer (where `exact_layernorm`). For an embedding row x, head h's value
+    is v = s z_h W_O + k_h: z = x G with G = F W_V (F = (d I - 1 1^T) diag(w), exact in float64 as in
+    `norms.folded_norm`; the heads' W_V side by side), z_h its head's columns, s = 1 / (d sigma(x)) from the
+    row's exact sum and squared norm (|P x|^2 = |x|^2 - (sum x)^2 / d), k_h = c0_h W_O, c0 = b W_V + b_V.
+    Per block of tokens z enters as the point Z, the lower ends of x G_lo (G_lo: G's lower ends; an exact
+    product rounded once), each row within err = (its width) + ||x|| ||G - G_lo||_F of x G; so no entry is
+    ever scaled by s. Blocks, squares and sums: `embeds` (norms.RowTerms of W_E, shared with the LayerNorm
+    maps; made here if None). The radius about each head's centre: `head_ball`."""
     cfg, t = model.config, model.tensors
-    W_E, w, d = t["embed.W_E"], t["blocks.0.ln1.w"], cfg.d_model
+    W_E, w, d, dh = t["embed.W_E"], t["blocks.0.ln1.w"], cfg.d_model, cfg.d_head
     W_V, b_V = value_inputs(model)
     G = B.array((d * np.eye(d) - 1) * np.asarray(w, dtype=np.float64)[None, :]) @ B.array(W_V)
     G_lo = exact_backend.outer_floats(G.ends)[0]
     moved = vector_norm(B, exact_backend.widths(G.ends).ravel())   # >= ||G - G_lo||_F
     c0 = B.array(np.append(t["blocks.0.ln1.b"], 1.0)[None, :]) @ B.array(np.vstack([W_V, b_V]))
-    eps, ones = B.num(cfg.eps), B.array(np.ones((d, 1)))
-    for start in range(0, W_E.shape[0], VOCAB_ROWS):
-        x = W_E[start:start + VOCAB_ROWS]
-        squares, sums = row_squares(B, x), [r[0] for r in (B.array(x) @ ones).rows()]
+    eps, kept, err = B.num(cfg.eps), [], Fraction(0)
+    for x, squares, sums in (embeds or RowTerms(B, W_E)).blocks():
         s = [1 / (d * B.sqrt(max_zero(B, q - m * m / d) / d + eps)) for q, m in zip(squares, sums)]
-        lo, hi = (np.array([exact_backend.dyadic_float(f(v), up) for v in s]) for f, up in ((B.lower, False), (B.upper, True)))
-        bounds = exact_backend.scaled_rows_bounds(lo, hi, exact_backend.point_bounds(x.astype(np.float64), G_lo),
-                                                  c0.ends) if (lo > 0).all() else None
-        width = exact_backend.max_row_square(((np.zeros_like(bounds[0]),), (exact_backend.widths(bounds),))) \
-            if bounds is not None else None
-        if width is None:
+        ends = exact_backend.point_bounds(x.astype(np.float64), G_lo)
+        width = exact_backend.max_row_square(((np.zeros_like(ends[0][0]),), (exact_backend.widths(ends),)))
+        if width is None or not all(B.lower(v) > 0 for v in s):
             raise Rejected("finite enclosure", "block 0's value sets: an entry beyond the exact layer's range")
-        # a row's enclosure is within its width of the lower ends; x G moves from x G_lo by <= ||x|| ||G - G_lo||_F
-        err = B.upper(B.sqrt(B.num(width))) + B.upper(B.num(max(hi)) * B.sqrt(B.num(max(B.upper(q) for q in squares)))) * moved
-        yield B.array(np.hstack([bounds[0], np.ones((x.shape[0], 2))])), err
+        # a row's enclosure is within its width of its lower ends; x G moves from x G_lo by <= ||x|| ||G - G_lo||_F
+        err = max(err, B.upper(B.sqrt(B.num(width))) + B.upper(B.sqrt(B.num(max(B.upper(q) for q in squares)))) * moved)
+        kept.append((ends[0][0], s, [v * v for v in s], np.array([float(B.lower(v)) for v in s])))
+    heads = []
+    for h in range(cfg.n_heads):
+        cols = list(range(h * dh, (h + 1) * dh))
+        W_O = np.asarray(t["blocks.0.attn.W_O"][h], dtype=np.float64)
+        heads.append(head_ball(B, kept, cols, W_O, (columns(B, c0, cols) @ B.array(W_O)).rows()[0], err))
+    return heads
+
+
+def head_ball(B, kept, cols, W_O, k, err) -> tuple:
+    """(centre, radius) of {s_r Z_r[cols] W_O + k + e : (Z, s, s^2, float estimates of s) in kept, r, ||e|| <=
+    s_r err ||W_O||_2} (k an interval row; ||W_O||_2 by `norms.operator_norm` at ERR_POWER). The centre c: the bounding-box midpoint of float estimates of the values, rounded anyhow (any centre
+    is sound: the radius is certified about c as it is). With m = k - c, q = Z_r[cols] and Q = W_O W_O^T,
+    ||s q W_O + m||^2 = s^2 q Q q^T + 2 s q (W_O m^T) + ||m||^2; q Q q^T <= q Q_lo q^T + ||q||^2 ||Q - Q_lo||_F
+    (`gram_point`), the form bounded per row through the exact layer (`exact_backend.quadratic_rows`), the
+    rest per row in interval arithmetic."""
+    k_est = np.array([float(B.lower(v)) for v in k])
+    lo = hi = None
+    for Z, _, _, s_est in kept:
+        est = s_est[:, None] * (Z[:, cols] @ W_O)
+        lo = est.min(axis=0) if lo is None else np.minimum(lo, est.min(axis=0))
+        hi = est.max(axis=0) if hi is None else np.maximum(hi, est.max(axis=0))
+    c = (lo + hi) / 2 + k_est
+    if not np.isfinite(c).all():
+        raise Rejected("finite enclosure", "block 0's value sets: a bounding box beyond the float range")
+    centre = [B.num(Fraction(x)) for x in c.tolist()]
+    m = B.matrix([[a - b for a, b in zip(k, centre)]])
+    m_sq, Wm = (m @ m.T).rows()[0][0], B.array(W_O) @ m.T
+    Q_lo, q_err = gram_point(B, W_O)
+    best, s_top = Fraction(0), Fraction(0)
+    for Z, s, s_sq, _ in kept:
+        q = np.ascontiguousarray(Z[:, cols])
+        quad = exact_backend.quadratic_rows(q, exact_backend.point_bounds(q, Q_lo))
+        size = exact_backend.max_row_square(((q,), (q,)))
+        if quad is None or size is None:
+            raise Rejected("finite enclosure", "block 0's value sets: an entry beyond the exact layer's range")
+        lin = (B.array(q) @ Wm).rows()
+        for s_r, s2, a, b in zip(s, s_sq, quad.tolist(), lin):
+            best = max(best, B.upper(s2 * B.num(Fraction(a) + size * q_err) + 2 * s_r * b[0] + m_sq))
+        s_top = max(s_top, max(B.upper(v) for v in s))
+    return centre, B.upper(B.sqrt(B.num(best))) + s_top * err * operator_norm(B, [W_O], ERR_POWER)
 
 
 def max_zero(B, x):
@@ -197,15 +235,17 @@ def max_zero(B, x):
     return B.interval(Fraction(0), max(B.upper(x), Fraction(0))) if B.lower(x) < 0 else x
 
 
-def value_sets(B, model) -> list:
+def value_sets(B, model, embeds=None) -> list:
     """Per head of block 0: (centre, radius) of its values {LN1(W_E[t]) W_V W_O + b_V W_O : t}, as the rows
-    of y[:, head's columns] W_O for the blocks y of `token_blocks`."""
+    of y[:, head's columns] W_O for the blocks y of `token_blocks` (embeds: norms.RowTerms of W_E, or None)."""
     cfg, W_O = model.config, model.tensors["blocks.0.attn.W_O"]
     if cfg.d_vocab * cfg.d_model <= TABLE_ENTRIES:
         return table_value_sets(B, model)
     n, dh = cfg.n_heads * cfg.d_head, cfg.d_head
     maps = [(list(range(h * dh, (h + 1) * dh)) + [n, n + 1], np.asarray(W_O[h], dtype=np.float64))
             for h in range(cfg.n_heads)]
+    if exact_layernorm(B, model):
+        return scaled_value_sets(B, model, embeds)
     return centred_balls(B, lambda: token_blocks(B, model), maps)
 
 
