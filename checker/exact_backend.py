@@ -24,7 +24,7 @@ import numpy as np
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_products import (Exact, ExactInterval, Slices, _line_top, _require, bits_for, cut_cols, cut_rows, exact_matrix,
                                           point_product)
-from tcert.checker.exact_rounding import _end_float, _parts, float_bounds, split_bounds, split_centre
+from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
 
 
 def point_ends(a):
@@ -455,14 +455,6 @@ def outer_floats(ends):
     return lo[0], hi[0]
 
 
-def dyadic_float(x: Fraction, up: bool) -> float:
-    """The nearest float64 <= x (up: >= x) for a dyadic rational x (an interval end), exactly
-    (`exact_rounding._end_float`)."""
-    den = x.denominator
-    _require(den & (den - 1) == 0, "an interval end that is not dyadic")
-    return _end_float(x.numerator, -(den.bit_length() - 1), up)
-
-
 def _pieces(x):
     """x (float64, every nonzero |x| within 2^-400 .. 2^400) as three float64 arrays of <= 18 significant
     bits summing to x exactly: x = k 2^(e-53) with k = ldexp(frexp(x), 53) an integer below 2^53, cut as
@@ -526,27 +518,6 @@ def widths(ends):
     return _sums([U, -L], True)
 
 
-def scaled_rows_bounds(s_lo, s_hi, ends, shift):
-    """float64 (lo, hi) with lo <= s_r v_rj + c_j <= hi for every s_r in [s_lo[r], s_hi[r]] (0 < s_lo), v
-    within `ends` and c within `shift` (1 x n ends); None outside `_in_range`. With (L, U) the outer floats of
-    v: s v >= s' L for s' = s_lo where L >= 0, else s_hi (and s v <= s'' U likewise), since s > 0. The product
-    s' L is the exact sum of six products: s' as three `_pieces` of <= 18 bits, L as its top 27 bits and the
-    rest (<= 26 bits; as in `max_row_square`), each product <= 45 bits within 2^-906 .. 2^800; these and c's
-    parts are summed exactly and rounded outward once (`_sums`)."""
-    (L, U), (cl, cu) = outer_floats(ends), shift
-    down = np.where(L >= 0, s_lo[:, None], s_hi[:, None])
-    up = np.where(U >= 0, s_hi[:, None], s_lo[:, None])
-    if not _in_range(L, U, down, up):
-        return None
-    out = []
-    for s, v, c, side in ((down, L, cl, False), (up, U, cu, True)):
-        frac, e = np.frexp(v)
-        top = np.ldexp(np.trunc(np.ldexp(frac, 27)), e - 27)
-        terms = [a * b for a in _pieces(s) for b in (top, v - top)]
-        out.append(_sums(terms + [np.broadcast_to(part, v.shape) for part in _parts(c)], side))
-    return tuple(out)
-
-
 def point_bounds(a, w):
     """((lo,), (hi,)): float64 ends of the exact product a @ w of two float64 arrays of exact values,
     rounded outward once to one part each (`float_bounds`: the fast way out, within about 2^-52 of each
@@ -566,9 +537,9 @@ def max_quadratic(y, ends):
 def quadratic_rows(y, ends):
     """float64 U with U_r >= y_r Q y_r^T per row r, for y and P = y Q within `ends` as in `max_quadratic`;
     None outside `_in_range`. Per entry y_rj P_rj <= y_rj U_rj where y_rj >= 0, else y_rj L_rj; each such
-    product is the exact sum of six piece products (y as three `_pieces`, the other factor as its top 27
-    bits and the rest, as in `scaled_rows_bounds`), and each row's terms are summed by the exact product
-    with a column of ones, rounded up once."""
+    product is the exact sum of six piece products (y as three `_pieces` of <= 18 bits, the other factor as
+    its top 27 bits and the rest, <= 26 bits: each product <= 45 bits within 2^-906 .. 2^800, exact in
+    float64), and each row's terms are summed by the exact product with a column of ones, rounded up once."""
     L, U = outer_floats(ends)
     v = np.where(y >= 0, U, L)
     if not _in_range(y, v):

@@ -2,7 +2,6 @@
 balls and the unembedding's radius agree with the interval-table route to 1e-12 on both backends and
 contain every member (exact rationals); the exact layer's new helpers bound what they claim to."""
 
-import math
 from fractions import Fraction
 
 import numpy as np
@@ -167,23 +166,6 @@ def test_max_row_square_bounds_the_exact_sums():
     assert exact_backend.max_row_square(((lo,), (hi * 2.0 ** 500,))) is None
 
 
-def test_scaled_rows_bounds_enclose_the_exact_values():
-    rng = np.random.default_rng(4)
-    v = random_floats(rng, (6, 11))
-    s_lo = np.abs(random_floats(rng, (6,), 4)) + 0.5
-    s_hi = np.nextafter(s_lo, np.inf) * (1 + 2.0 ** -40)
-    c = (random_floats(rng, (1, 11)), np.zeros((1, 11)))
-    lo, hi = exact_backend.scaled_rows_bounds(s_lo, s_hi, ((v,), (v,)), ((c[0],), (c[0],)))
-    top = max(abs(Fraction(x)) for x in v.ravel()) * max(Fraction(x) for x in s_hi) + max(abs(Fraction(x)) for x in c[0].ravel())
-    for r in range(6):
-        for j in range(11):
-            for s in (Fraction(s_lo[r]), Fraction(s_hi[r])):
-                value = s * Fraction(v[r, j]) + Fraction(c[0][0, j])
-                assert Fraction(lo[r, j]) <= value <= Fraction(hi[r, j])
-            spread = abs(Fraction(v[r, j])) * (Fraction(s_hi[r]) - Fraction(s_lo[r]))   # rounding: at the chunk's scale
-            assert Fraction(hi[r, j]) - Fraction(lo[r, j]) <= spread + top * Fraction(1, 2 ** 48)
-
-
 def test_max_quadratic_and_widths():
     rng = np.random.default_rng(5)
     y = random_floats(rng, (5, 4), 8)
@@ -203,11 +185,7 @@ def test_max_quadratic_and_widths():
     assert all(Fraction(w) >= Fraction(b) - Fraction(a) for w, a, b in zip(width.ravel(), P[0][0].ravel(), P[1][0].ravel()))
 
 
-def test_dyadic_float_and_pieces():
-    for x in (Fraction(1, 3 * 2 ** 10).limit_denominator(2 ** 80), Fraction(-7, 2 ** 70), Fraction(5)):
-        x = Fraction(x.numerator, 1 << (x.denominator.bit_length() - 1)) if x.denominator & (x.denominator - 1) else x
-        lo, hi = exact_backend.dyadic_float(x, False), exact_backend.dyadic_float(x, True)
-        assert Fraction(lo) <= x <= Fraction(hi) and math.nextafter(lo, math.inf) >= hi
+def test_pieces_sum_to_the_value():
     x = random_floats(np.random.default_rng(6), (50,), 300)
     x[x == 0] = 1.0
     parts = exact_backend._pieces(x)
