@@ -258,7 +258,8 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
-    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, b added as one more term: `plus_row`; or b a third part), as two parts.
+    `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, b added as one more
+    term: `plus_row`; or b a third part), as two parts.
     Bound. ||Px - u^|| <= e + rho / k =: e' for x within e of c, so as in `normalise` ||y(x) - y(u^)|| <=
     min(w_max e' / sigma_lo, 2 sqrt(d) w_max) with sigma_lo from ||u^|| >= sqrt(||v^||^2) / k; and
     ||w * v^ (inv - iota)|| <= w_max ||v^|| delta, plus the exact rounding radius of the new centre."""
@@ -289,14 +290,22 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if t is None:
         return None
     (t1, t2), rounding = t
+    errs = normalise_radii(X.eps, rho, sq, delta[:, 0].tolist(), rounding, (k, d, w_max, eps))
+    parts = (t1, t2) if b is None or folded is not None else (t1, t2, np.broadcast_to(b, (m, d)))
+    return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
+
+
+def normalise_radii(eps_in, rho, sq, delta, rounding, shape) -> list:
+    """`exact_normalise`'s per-row radius (its docstring's Bound): with e' = e + rho / k and sigma_lo from
+    sqrt(||v^||^2) / k - e', min(w_max e' / sigma_lo, 2 sqrt(d) w_max) + w_max ||v^|| delta + the rounding."""
+    k, d, w_max, eps = shape
     cap, errs = 2 * sqrt_up(Fraction(d)) * w_max, []
-    for e, r, s, dl, rd in zip(X.eps, rho, sq, delta[:, 0].tolist(), rounding):
+    for e, r, s, dl, rd in zip(eps_in, rho, sq, delta, rounding):
         e1, norm = e + r / k, sqrt_up(s)
         gap = max(sqrt_down(s) / k - e1, Fraction(0))
         lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
         errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
-    parts = (t1, t2) if b is None or folded is not None else (t1, t2, np.broadcast_to(b, (m, d)))
-    return Rows(IMat(B, None, (m, d), (parts, parts)), errs)
+    return errs
 
 
 class Rotation(NamedTuple):
