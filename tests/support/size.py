@@ -183,7 +183,13 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # fast_blocks): influence +30; exact_backend.quadratic_rows (max_quadratic's per-row bounds): exact +3.
 # At that merge: exact_backend.dyadic_float and scaled_rows_bounds removed (no verdict path read them after
 # fast_blocks went): exact -17. error_balls.normalise_radii split out of exact_normalise (46 code lines): kernel +4.
-BUDGETS = {"kernel": 2119, "exact": 901, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1223}
+# overwhelm tight's cheap bound screened by one exact product of leading digits (exact_backend.leading_maxima /
+# leading_digit_maxima: 22-bit digits of the ball's midpoint and of W_U - W_U[:, k], the rest bounded by
+# magnitudes as powers of two) instead of the full 280 x 512 x 30522 ball product, which now runs only on the
+# columns the screen leaves undecided or near the worst bound (tight.py screened_sums / near_worst /
+# product_bounds, +23): exact +20; tight's Dinkelbach c_hj from one product of the stacked EVO rows (head_blocks,
+# replacing the per-head M_w rows) +4 and sigma_hi's row norms from one call over the stacked rows +2: overwhelm +29.
+BUDGETS = {"kernel": 2119, "exact": 921, "prediction": 196, "overwhelm": 757, "accuracy": 1239, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
