@@ -303,17 +303,27 @@ def screened_sums(B, cfg, tables: TightTables, gap: LogitGap):
         return None
     zero = np.zeros(screen[0].shape[1])
     sums = free_sums_upper(B, tables.beta * 2, [(row, zero) for part in screen for row in part])
-    return sums, 2 * np.array([float(b) for _, b in tables.beta]) @ screen[1] / float(gap.sigma_lo)
+    with np.errstate(all="ignore"):     # an estimate only: inf or nan sends more columns to the product
+        return sums, 2 * np.array([estimate(b) for _, b in tables.beta]) @ screen[1] / estimate(gap.sigma_lo)
 
 
 def near_worst(cheap: dict, slack, rest: list) -> list:
     """The competitors in `rest` whose screened bound is not < 0 or within its slack of the worst one,
     chosen by float estimates: only the figure's tightness rests on the choice (every bound is certified)."""
-    est = np.array([float(cheap[j]) for j in rest])
+    est = np.array([estimate(cheap[j]) for j in rest])
     if not est.size:
         return []
-    floor = (est - slack[rest]).max()
-    return [j for j, x in zip(rest, est) if x >= 0 or x >= floor - 2.0 ** -20 * abs(floor)]
+    with np.errstate(all="ignore"):
+        floor = np.nan_to_num((est - slack[rest]).max(), nan=-np.inf)
+        return [j for j, x in zip(rest, est) if not x < floor - 2.0 ** -20 * abs(floor) or x >= 0]
+
+
+def estimate(x: Fraction) -> float:
+    """x as a float for choosing work (never for a verdict); +-inf beyond the float range."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
 
 
 def product_bounds(B, model, tables: TightTables, gap: LogitGap, k: int, cols: list, rest: set) -> dict:
