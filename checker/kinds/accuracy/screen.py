@@ -1,7 +1,7 @@
 """The cubic and mixed rules' tables in int64 at reduced precision, rounded outward: a fast screen.
 
-`cubic.screened` and `refine.mixed_screened` evaluate their rule's bound on these tables for every case /
-entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
+`cubic_sets` (cubic's rule for every case and token: cubic's screen, refine's cubic sets) and
+`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
 evaluation on the integer tables (so the screen only saves time, never changes what can be proved by more
 than its rounding).
 
@@ -101,3 +101,41 @@ def centred(V, m: int) -> tuple:
 def upper(lo, hi, x):
     """Upper bound of w * x over w in [lo, hi] (elementwise, int64)."""
     return np.where(x >= 0, hi * x, lo * x)
+
+
+def cubic_sets(tables) -> tuple:
+    """`cubic.numerator_bound` on these tables for every case and token at once: (K, all_max), K[m, q, c, k]
+    (c >= 1) whether the bound is negative for non-max token k of case (m, q, c), all_max[m, q] whether it is
+    for the all-max input (c = 0); False wherever no such case or token exists (q > m, c > n-2 with q < m,
+    k >= m; K[..., 0, :]). Cached in `tables`.
+
+    Per (m, q) and end u the bound is A(u) + upper(w, key) with w in [lo, hi] e_k-scaled: lo = e_k (P_lo - u)
+    or eh_k (P_lo - u) as P_lo - u >= 0 or not, hi alike; upper(w, key) = x (x >= 0 ? a : b) with x = hi,
+    a = eh_k key, b = e_k key for key >= 0, and x = lo, a = e_k key, b = eh_k key for key < 0 (the four sign
+    cases of screen.upper and the two ends, regrouped; exact integer products)."""
+    if "cubic sets" in tables:
+        return tables["cubic sets"]
+    S, n, v = screen_tables(tables), tables["n"], tables["v"]
+    m, q = np.nonzero(np.tri(v, dtype=bool))                    # the (m, q) with q <= m
+    pair = np.zeros((v, v), dtype=np.int64)
+    pair[m, q] = np.arange(len(m))
+    M, Q, T = np.nonzero(np.tri(v, dtype=bool)[:, :, None] & np.tri(v, k=-1, dtype=bool)[:, None, :])    # k < m
+    (eK, eKh), (eM, eMh), (eQ, eQh) = ([weights(S, q_, m_, t, up) for up in (False, True)]
+                                       for q_, m_, t in ((Q, M, T), (q, m, m), (q, m, q)))
+    key = S.EUp[M, Q] + S.R[M, T]
+    neg = key < 0
+    a, b = np.where(neg, eK * key, eKh * key), np.where(neg, eKh * key, eK * key)
+    side, at = 2 * Q + neg, pair[M, Q]                          # x: hi of query Q for key >= 0, else lo
+    query = upper(eQ * S.pw[0][q, n - 1], eQh * S.pw[1][q, n - 1], S.Tq[m, q])
+    K = np.zeros((v, v, n, v), dtype=bool)
+    for c in range(1, n):
+        holds = c <= np.where(Q == M, n - 1, n - 2)
+        for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
+            x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side]     # P - u
+            A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
+            holds &= A[at] + np.where(x >= 0, a, b) * x < 0
+        K[M, Q, c, T] = holds
+    all_max = np.zeros((v, v), dtype=bool)
+    all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
+    tables["cubic sets"] = K, all_max
+    return K, all_max
