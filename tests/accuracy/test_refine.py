@@ -155,7 +155,10 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
                     accepted += 1
     assert accepted > 0
     for cases, mixed, exact in by_exact:      # the int64 screen proves exactly what the exact rule proves here
-        assert refine.mixed_screened(T, cases, mixed) == exact
+        K = np.zeros((v, v, n, v), dtype=bool)
+        for (m, q, c), ks in cases.items():
+            K[m, q, c, ks] = True
+        assert refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed) == exact
 
 
 # ------------------------------------------------------------------------------ the pattern rules, exhaustively

@@ -225,10 +225,10 @@ def require_mixed(tables, values, case, K, S, b):
                            f"{show(bound * bound_scale(tables))} >= 0")
 
 
-def mixed_screened(tables, cases, mixed) -> set:
+def mixed_screened(tables, sets, mixed) -> set:
     """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
-    every entry at once (`key_bounds` and `key_bound` on the screen's tables); the rest get the exact
-    evaluation."""
+    every entry at once (`key_bounds` and `key_bound` on the screen's tables; the cubic sets as `CubicSets`);
+    the rest get the exact evaluation."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
     if not flat:
@@ -238,19 +238,20 @@ def mixed_screened(tables, cases, mixed) -> set:
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
+    EVc = EVh[:, cols]                                  # EVc[t, m] = EVh[t, x != m]; likewise for EU, Pn, PV
+    EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    EU = np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
-    EU_Pn = EU + np.take_along_axis(Pn[M], cols[M], 1)                  # per entry; rows of it per token below
+    EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
+    EU_Pn = EU + Pn[:, cols][M, M]                                      # per entry; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
     lens = [len(S) for _, S, _ in flat]
     R = np.repeat(np.arange(len(flat)), lens)
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
     Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
+    beta_K = key_bounds_int64(Sc, sets, M, Q, C)
     P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
     pure, corners = [], []
     for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
@@ -262,16 +263,15 @@ def mixed_screened(tables, cases, mixed) -> set:
     return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
 
 
-def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
-    """Per entry, `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t]) over the
-    case's cubic set K (0 when K is empty)."""
-    Ks = [cases.get(case, []) for case, _, _ in flat]
-    lens = [max(len(K), 1) for K in Ks]
-    R = np.repeat(np.arange(len(flat)), lens)
-    T = np.fromiter(chain.from_iterable(K or [0] for K in Ks), np.int64, sum(lens))
-    lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
-    terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
-    return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))
+def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
+    """Per entry (case M, Q, C), `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t])
+    over the case's cubic set K (`CubicSets`; 0 when K is empty); every token t < v at once, clamped to at
+    most m (a real key of the case) outside K, where it is masked."""
+    K = sets.K[M, Q, C]
+    T = np.minimum(np.arange(K.shape[1]), M[:, None])
+    lo, hi = (weights(Sc, Q[:, None], M[:, None], T, up) for up in (False, True))
+    terms = np.where(K, upper(lo, hi, Sc.EUp[M, Q][:, None] + Sc.R[M[:, None], T]), np.iinfo(np.int64).min)
+    return np.where(K.any(axis=1), terms.max(axis=1), 0)
 
 
 def max_weights(tables, q: int, c: int) -> tuple:

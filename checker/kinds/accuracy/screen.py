@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcert.checker.kinds.accuracy.rows import align, value_tables
+from tcert.checker.kinds.accuracy.rows import BIT_LENGTH, align, shifted_each, value_tables
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
@@ -51,10 +51,9 @@ def screen_tables(tables) -> Screen:
     n = tables["n"]
     W = (41 - (15 * n - 15).bit_length()) // 2
     V = value_tables(tables, VALUE_BITS)
-    L = np.array([[int(x).bit_length() for x in row] for row in tables["e_hi"]], dtype=np.int64)
+    L = BIT_LENGTH(tables["e_hi"]).astype(np.int64)
     Ee = np.maximum(L - 30, 0)
-    em = [np.array([[shifted_int(int(x), int(s), up) for x, s in zip(row, es)] for row, es in zip(tables[name], Ee)],
-                   dtype=np.int64) for name, up in (("e_lo", False), ("e_hi", True))]
+    em = [shifted_each(tables[name], Ee, up) for name, up in (("e_lo", False), ("e_hi", True))]
     sp = [max(max(int(x) for x in row).bit_length() - W, 0) for row in tables["pw_hi"]]
     pw = [np.array([[shifted_int(int(x), s, up) for x in row] for row, s in zip(tables[name], sp)], dtype=np.int64)
           for name, up in (("pw_lo", False), ("pw_hi", True))]
