@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.accuracy import cubic, refine, rows
+from tcert.checker.kinds.accuracy import cubic, refine, rows, screen
 from tcert.checker.kinds.accuracy.distribution import parse_distribution
 from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
@@ -114,6 +114,22 @@ def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
     for m, q, c in all_cases(n, v):
         real[m, q, c, :m] = c > 0
     assert not np.any(sets.K & ~real) and not np.any(sets.all_max & ~np.tri(v, dtype=bool))
+
+
+def test_derived_cubic_sets_by_blocks_and_their_limit(tiny, monkeypatch):
+    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets as in one block; beyond
+    MAX_SETS entries the check is refused as bad input, in one line."""
+    path, model, T, _ = tiny
+    n, v = T["n"], T["v"]
+    K, all_max = screen.cubic_sets(dict(T))
+    for block in (1, 2, 3):
+        monkeypatch.setattr(screen, "SETS_CHUNK", block * v * v)
+        K2, all_max2 = screen.cubic_sets({k: x for k, x in T.items() if k != "cubic sets"})
+        assert np.array_equal(K, K2) and np.array_equal(all_max, all_max2)
+    cert = refine_cert(path, "refine:0")
+    monkeypatch.setattr(screen, "MAX_SETS", v ** 3 * n - 1)
+    with pytest.raises(BadInput, match=r"d_vocab\^3 n_ctx = \d+ exceeds"):
+        check(cert, path)
 
 
 # ------------------------------------------------------------------------------- the mixed rule, exhaustively
