@@ -65,25 +65,76 @@ def last_states(model, batch, chunk: int = 32):
     return y, p / p.sum(axis=1, keepdims=True)
 
 
-def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: int = 256, seed: int = 0):
+def fragile_tokens(model, count: int) -> np.ndarray:
+    """The `count` tokens whose residual entering the last block's first LayerNorm has the smallest centred
+    norm when the token is alone (input of length 1): there the LayerNorm's scale 1/sigma is largest, so a small
+    move of that residual can turn its normalised output the most. Candidates for the last token of a search."""
+    from tcert.generator.model.forward import _block, _embed, _weights
+    W = _weights(model)
+    resid = _embed(W, np.arange(model.config.d_vocab)[:, None])
+    for i in range(W.c.n_layers - 1):
+        resid = _block(W, i, resid)
+    x = resid[:, 0] - resid[:, 0].mean(axis=1, keepdims=True)
+    return np.argsort(np.linalg.norm(x, axis=1), kind="stable")[:count]
+
+
+def pair_distances(y, p, every_p: bool = True):
+    """(largest ||y_a - y_b||, its (a, b), largest ||p_a - p_b||_1) over the rows of y (B, d) and p (B, V); by
+    blocks of rows (memory), each distance computed from the differences (not from a Gram matrix). every_p
+    False: the last is ||p_a - p_b||_1 of that pair (B^2 V work saved)."""
+    best, where, dp = 0.0, (0, 0), 0.0
+    step = max(1, (1 << 23) // (len(y) * max(y.shape[1], p.shape[1])))   # <= 2^23 entries per block
+    for s in range(0, len(y), step):
+        dy = np.sqrt(((y[s:s + step, None] - y[None]) ** 2).sum(-1))
+        a, b = np.unravel_index(np.argmax(dy), dy.shape)
+        if dy[a, b] > best:
+            best, where = float(dy[a, b]), (s + int(a), int(b))
+        if every_p:
+            dp = max(dp, float(np.abs(p[s:s + step, None] - p[None]).sum(-1).max()))
+    return best, where, (dp if every_p else float(np.abs(p[where[0]] - p[where[1]]).sum()))
+
+
+def exhaustive_pairs(model, queries, chunk: int = 256):
+    """Every single change of a length-2 input (a, q) -> (b, q), for each last token q in `queries` and every
+    two tokens a, b: the largest (||y - y'||_2, ||p - p'||_1) and the input (q, a, b) attaining the first. With
+    `queries` the whole vocabulary this is the exact worst case at n = 2 (float64); the second number is the
+    distributions' distance for that input."""
+    V = model.config.d_vocab
+    best, best_p, arg = 0.0, 0.0, None
+    for q in queries:
+        y, p = last_states(model, np.stack([np.arange(V), np.full(V, q)], axis=1), chunk)
+        dy, (a, b), dp = pair_distances(y, p, every_p=False)
+        if dy > best:
+            best, best_p, arg = dy, dp, (int(q), a, b)
+    return best, best_p, arg
+
+
+def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: int = 256, seed: int = 0,
+                         queries=None, chunk: int = 32):
     """A stronger search than adversarial_influence for long inputs: inputs made of one filler token f,
     a last token q and the changed position i holding a or b. Per start: the worst pair (a, b) over a pool of
-    tokens (all pairwise distances of one batch), then coordinate ascent on f, on q and on i, re-pairing
-    after each round. Returns the largest (||y - y'||_2, ||p - p'||_1) found (a lower bound on the worst case)."""
+    tokens (all pairwise distances of one batch; pool >= d_vocab: every token), then coordinate ascent on f, on
+    q and on i, re-pairing after each round. `queries` (e.g. `fragile_tokens`): start s takes its q from
+    queries[s % len] and every q round tries them too. Returns the largest (||y - y'||_2, ||p - p'||_1) found
+    (a lower bound on the worst case)."""
     rng = np.random.default_rng(seed)
     V = model.config.d_vocab
     best_y = best_p = 0.0
+    queries = [] if queries is None else [int(v) for v in queries]
+
+    def pool_of(extra):
+        if pool >= V:
+            return np.arange(V)
+        return np.unique(np.concatenate([rng.choice(V, size=pool, replace=False), extra]).astype(int))
 
     def pair(f, q, i, cands):
         base = np.full(n, f)
         base[-1] = q
         batch = np.repeat(base[None], len(cands), axis=0)
         batch[:, i] = cands
-        y, p = last_states(model, batch)
-        dy = np.sqrt(((y[:, None] - y[None]) ** 2).sum(-1))
-        a, b = np.unravel_index(np.argmax(dy), dy.shape)
-        dp = np.abs(p[:, None] - p[None]).sum(-1).max()
-        return float(dy[a, b]), float(dp), int(cands[a]), int(cands[b])
+        y, p = last_states(model, batch, chunk)
+        dy, (a, b), dp = pair_distances(y, p)
+        return dy, dp, int(cands[a]), int(cands[b])
 
     def vary(slot, values, f, q, i, a, b):
         """The best value of one slot ("f", "q" or "i") for the fixed pair (a, b)."""
@@ -94,20 +145,19 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
                 row = np.full(n, ff)
                 row[-1], row[ii] = qq, tok
                 rows.append(row)
-        y, _ = last_states(model, np.array(rows))
+        y, _ = last_states(model, np.array(rows), chunk)
         d = np.linalg.norm(y[0::2] - y[1::2], axis=1)
         return values[int(np.argmax(d))]
 
-    for _ in range(starts):
-        f, q, i = int(rng.integers(V)), int(rng.integers(V)), n - 2
-        cands = rng.choice(V, size=min(V, pool), replace=False)
-        dy, dp, a, b = pair(f, q, i, cands)
+    for s in range(starts):
+        f, q, i = int(rng.integers(V)), (queries[s % len(queries)] if queries else int(rng.integers(V))), n - 2
+        dy, dp, a, b = pair(f, q, i, pool_of([]))
         for _ in range(rounds):
             f = int(vary("f", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
-            q = int(vary("q", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
+            q = int(vary("q", np.unique(np.concatenate([rng.choice(V, size=min(V, 64), replace=False), queries,
+                                                         [q]]).astype(int)), f, q, i, a, b))
             i = int(vary("i", np.unique(np.linspace(0, n - 2, min(n - 1, 16)).astype(int)), f, q, i, a, b))
-            pool_r = np.unique(np.concatenate([rng.choice(V, size=min(V, pool), replace=False), [a, b]]))
-            dy, dp, a, b = pair(f, q, i, pool_r)
+            dy, dp, a, b = pair(f, q, i, pool_of([a, b]))
             best_y, best_p = max(best_y, dy), max(best_p, dp)
         best_y, best_p = max(best_y, dy), max(best_p, dp)
     return best_y, best_p
