@@ -110,13 +110,14 @@ def exhaustive_pairs(model, queries, chunk: int = 256):
 
 
 def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: int = 256, seed: int = 0,
-                         queries=None, chunk: int = 32):
+                         queries=None, chunk: int = 32, seeds=(), witness: bool = False):
     """A stronger search than adversarial_influence for long inputs: inputs made of one filler token f,
     a last token q and the changed position i holding a or b. Per start: the worst pair (a, b) over a pool of
     tokens (all pairwise distances of one batch; pool >= d_vocab: every token), then coordinate ascent on f, on
     q and on i, re-pairing after each round. `queries` (e.g. `fragile_tokens`): start s takes its q from
-    queries[s % len] and every q round tries them too. Returns the largest (||y - y'||_2, ||p - p'||_1) found
-    (a lower bound on the worst case)."""
+    queries[s % len] and every q round tries them too; `seeds`, pairs (f, q), fix the first starts (e.g. the
+    worst input found at another length). Returns the largest (||y - y'||_2, ||p - p'||_1) found (a lower bound
+    on the worst case), and with `witness` the input (f, q, i, a, b) attaining the first."""
     rng = np.random.default_rng(seed)
     V = model.config.d_vocab
     best_y = best_p = 0.0
@@ -149,15 +150,20 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
         d = np.linalg.norm(y[0::2] - y[1::2], axis=1)
         return values[int(np.argmax(d))]
 
+    arg = None
     for s in range(starts):
         f, q, i = int(rng.integers(V)), (queries[s % len(queries)] if queries else int(rng.integers(V))), n - 2
+        if s < len(seeds):
+            f, q = (int(v) for v in seeds[s])
         dy, dp, a, b = pair(f, q, i, pool_of([]))
+        arg = (f, q, i, a, b) if dy > best_y else arg
+        best_y, best_p = max(best_y, dy), max(best_p, dp)
         for _ in range(rounds):
             f = int(vary("f", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
             q = int(vary("q", np.unique(np.concatenate([rng.choice(V, size=min(V, 64), replace=False), queries,
                                                          [q]]).astype(int)), f, q, i, a, b))
             i = int(vary("i", np.unique(np.linspace(0, n - 2, min(n - 1, 16)).astype(int)), f, q, i, a, b))
             dy, dp, a, b = pair(f, q, i, pool_of([a, b]))
+            arg = (f, q, i, a, b) if dy > best_y else arg
             best_y, best_p = max(best_y, dy), max(best_p, dp)
-        best_y, best_p = max(best_y, dy), max(best_p, dp)
-    return best_y, best_p
+    return (best_y, best_p, arg) if witness else (best_y, best_p)

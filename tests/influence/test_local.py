@@ -265,8 +265,12 @@ def test_exhaustive_pairs_and_fragile_tokens(tmp_path):
     cert = influence_certificate(model)
     C_abs = parse_number(cert["claim"]["C_abs"], "C_abs")
     assert dy <= C_abs
-    found, _ = structured_influence(model, 4, starts=2, rounds=1, pool=V, seed=1, queries=fragile_tokens(model, 2))
+    found, _, (f, q, i, a, b) = structured_influence(model, 4, starts=2, rounds=1, pool=V, seed=1,
+                                                     queries=fragile_tokens(model, 2), seeds=[(0, 1)], witness=True)
     assert 0 < found <= C_abs
+    x, x2 = np.array([f, f, f, q]), np.array([f, f, f, q])
+    x[i], x2[i] = a, b
+    assert abs(float(np.linalg.norm(residuals(model, x)[-1][-1] - residuals(model, x2)[-1][-1])) - found) < 1e-12
 
 
 def test_local_cost_estimate_counts_the_per_token_rule(tmp_path):
