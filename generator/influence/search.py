@@ -110,14 +110,16 @@ def exhaustive_pairs(model, queries, chunk: int = 256):
 
 
 def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: int = 256, seed: int = 0,
-                         queries=None, chunk: int = 32, seeds=(), witness: bool = False):
+                         queries=None, chunk: int = 32, seeds=(), witness: bool = False, candidates: int = 64):
     """A stronger search than adversarial_influence for long inputs: inputs made of one filler token f,
     a last token q and the changed position i holding a or b. Per start: the worst pair (a, b) over a pool of
     tokens (all pairwise distances of one batch; pool >= d_vocab: every token), then coordinate ascent on f, on
     q and on i, re-pairing after each round. `queries` (e.g. `fragile_tokens`): start s takes its q from
     queries[s % len] and every q round tries them too; `seeds`, pairs (f, q), fix the first starts (e.g. the
     worst input found at another length). Returns the largest (||y - y'||_2, ||p - p'||_1) found (a lower bound
-    on the worst case), and with `witness` the input (f, q, i, a, b) attaining the first."""
+    on the worst case), and with `witness` the input (f, q, i, a, b) attaining the first. `candidates`: values
+    tried per f and q round (>= d_vocab: every token). Past 2^28 entries (pool^2 d_vocab) the second number is
+    only that of each round's worst pair."""
     rng = np.random.default_rng(seed)
     V = model.config.d_vocab
     best_y = best_p = 0.0
@@ -134,7 +136,7 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
         batch = np.repeat(base[None], len(cands), axis=0)
         batch[:, i] = cands
         y, p = last_states(model, batch, chunk)
-        dy, (a, b), dp = pair_distances(y, p)
+        dy, (a, b), dp = pair_distances(y, p, every_p=len(cands) ** 2 * V <= 1 << 28)   # else the worst pair's
         return dy, dp, int(cands[a]), int(cands[b])
 
     def vary(slot, values, f, q, i, a, b):
@@ -150,6 +152,9 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
         d = np.linalg.norm(y[0::2] - y[1::2], axis=1)
         return values[int(np.argmax(d))]
 
+    def some():
+        return np.arange(V) if candidates >= V else rng.choice(V, size=candidates, replace=False)
+
     arg = None
     for s in range(starts):
         f, q, i = int(rng.integers(V)), (queries[s % len(queries)] if queries else int(rng.integers(V))), n - 2
@@ -159,9 +164,8 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
         arg = (f, q, i, a, b) if dy > best_y else arg
         best_y, best_p = max(best_y, dy), max(best_p, dp)
         for _ in range(rounds):
-            f = int(vary("f", rng.choice(V, size=min(V, 64), replace=False), f, q, i, a, b))
-            q = int(vary("q", np.unique(np.concatenate([rng.choice(V, size=min(V, 64), replace=False), queries,
-                                                         [q]]).astype(int)), f, q, i, a, b))
+            f = int(vary("f", some(), f, q, i, a, b))
+            q = int(vary("q", np.unique(np.concatenate([some(), queries, [q]]).astype(int)), f, q, i, a, b))
             i = int(vary("i", np.unique(np.linspace(0, n - 2, min(n - 1, 16)).astype(int)), f, q, i, a, b))
             dy, dp, a, b = pair(f, q, i, pool_of([a, b]))
             arg = (f, q, i, a, b) if dy > best_y else arg
