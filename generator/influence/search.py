@@ -78,6 +78,23 @@ def fragile_tokens(model, count: int) -> np.ndarray:
     return np.argsort(np.linalg.norm(x, axis=1), kind="stable")[:count]
 
 
+def sharp_seeds(model) -> list:
+    """Per head of block 0, a pair (f, q): q the token whose query row of block-0 scores over every token's key
+    is the widest (positions and rotations ignored), f the key it scores lowest. With f as the filler one
+    changed key can take almost all of that head's weight even in long rows: starts for `structured_influence`."""
+    from tcert.generator.model.forward import _ln, _weights
+    W, cfg = _weights(model), model.config
+    H, dh = cfg.n_heads, cfg.d_head
+    u = _ln(W, W.t["embed.W_E"], "blocks.0.ln1")
+    qkv = u @ W.qkv_w[0] + W.qkv_b[0]   # [queries | keys | values] of every token, heads side by side
+    seeds = []
+    for h in range(H):
+        scores = qkv[:, h * dh:(h + 1) * dh] @ qkv[:, (H + h) * dh:(H + h + 1) * dh].T
+        q = int(np.argmax(scores.max(axis=1) - scores.min(axis=1)))
+        seeds.append((int(np.argmin(scores[q])), q))
+    return seeds
+
+
 def pair_distances(y, p, every_p: bool = True):
     """(largest ||y_a - y_b||, its (a, b), largest ||p_a - p_b||_1) over the rows of y (B, d) and p (B, V); by
     blocks of rows (memory), each distance computed from the differences (not from a Gram matrix). every_p

@@ -248,7 +248,7 @@ def test_exhaustive_pairs_and_fragile_tokens(tmp_path):
     distance from `residuals`), and below the certified bound; `fragile_tokens` ranks tokens by the centred norm
     of their residual entering the last block; the structured search seeded with them finds a real change."""
     from tcert.generator.influence import influence_certificate
-    from tcert.generator.influence.search import exhaustive_pairs, fragile_tokens, structured_influence
+    from tcert.generator.influence.search import exhaustive_pairs, fragile_tokens, sharp_seeds, structured_influence
     path, model = tiny(tmp_path, n_layers=2, rotary=True, parallel=True, d_head=4, d_vocab=5)
     V = model.config.d_vocab
     brute = max((float(np.linalg.norm(residuals(model, np.array([a, q]))[-1][-1]
@@ -262,6 +262,13 @@ def test_exhaustive_pairs_and_fragile_tokens(tmp_path):
     before_last = [residuals(model, np.array([t]))[1][0] for t in range(V)]
     norms = [float(np.linalg.norm(x - x.mean())) for x in before_last]
     assert list(fragile_tokens(model, V)) == sorted(range(V), key=lambda t: norms[t])
+    t = {k: np.asarray(v, dtype=np.float64) for k, v in model.tensors.items()}
+    x = t["embed.W_E"] - t["embed.W_E"].mean(axis=1, keepdims=True)
+    u = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + 0.1) * t["blocks.0.ln1.w"] + t["blocks.0.ln1.b"]
+    for h, (f, q) in enumerate(sharp_seeds(model)):
+        S = (u @ t["blocks.0.attn.W_Q"][h] + t["blocks.0.attn.b_Q"][h]) @ (u @ t["blocks.0.attn.W_K"][h]
+                                                                            + t["blocks.0.attn.b_K"][h]).T
+        assert q == int(np.argmax(S.max(axis=1) - S.min(axis=1))) and f == int(np.argmin(S[q]))
     cert = influence_certificate(model)
     C_abs = parse_number(cert["claim"]["C_abs"], "C_abs")
     assert dy <= C_abs
