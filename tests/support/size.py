@@ -183,7 +183,21 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # fast_blocks): influence +30; exact_backend.quadratic_rows (max_quadratic's per-row bounds): exact +3.
 # At that merge: exact_backend.dyadic_float and scaled_rows_bounds removed (no verdict path read them after
 # fast_blocks went): exact -17. error_balls.normalise_radii split out of exact_normalise (46 code lines): kernel +4.
-BUDGETS = {"kernel": 2119, "exact": 901, "prediction": 196, "overwhelm": 728, "accuracy": 1239, "influence": 1223}
+# refine derives its cubic sets instead of reading ~6,200 cases: screen.cubic_sets (the cubic rule on the int64
+# screen for every (m, q, c, k) at once, the four sign cases regrouped; cubic.screened now reads it, -20 there),
+# refine.CubicSets / cubic_weight (the sets as a mapping, their count by size histograms), the mixed set's
+# disjointness from the derived set as an obligation; refine.token_set replaced by cubic.parse_mask (accuracy +21).
+# refine.key_bounds_int64 reads the derived sets' array for every token at once; screen_tables' e mantissas by
+# rows.shifted_each (accuracy -2). cubic_sets by blocks of max tokens (SETS_CHUNK) and refused beyond MAX_SETS
+# (bounded memory whatever d_vocab: the sets no longer scale with the certificate) (accuracy +7).
+# overwhelm tight's cheap bound screened by one exact product of leading digits (exact_backend.leading_maxima /
+# leading_digit_maxima: 22-bit digits of the ball's midpoint and of W_U - W_U[:, k], the rest bounded by
+# magnitudes as powers of two) instead of the full 280 x 512 x 30522 ball product, which now runs only on the
+# columns the screen leaves undecided or near the worst bound (tight.py screened_sums / near_worst /
+# product_bounds, +23): exact +20; tight's Dinkelbach c_hj from one product of the stacked EVO rows (head_blocks,
+# replacing the per-head M_w rows) +4 and sigma_hi's row norms from one call over the stacked rows +2, the float
+# estimates that choose the near-worst columns kept finite-safe (tight.estimate, errstate) +7: overwhelm +36.
+BUDGETS = {"kernel": 2119, "exact": 921, "prediction": 196, "overwhelm": 764, "accuracy": 1265, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
