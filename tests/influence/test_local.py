@@ -6,6 +6,7 @@ import copy
 import itertools
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from tcert.checker.errors import BadInput, Rejected
@@ -20,6 +21,7 @@ from tcert.generator import certificate
 from tcert.generator.influence import toy_model
 from tcert.generator.influence.local import local_certificate
 from tcert.generator.model.files import save_model
+from tcert.generator.model.forward import residuals
 
 MODELS = {
     "rotary-parallel": dict(rotary=True, parallel=True, d_head=4),
@@ -239,6 +241,43 @@ def test_structured_search_stays_below_the_global_bound(tmp_path, kw):
     for n in (2, 6):
         dy, _ = structured_influence(model, n, starts=2, rounds=1, pool=3, seed=n)
         assert 0 < dy <= min(c["C"] * rate(cert["claim"]["rate"], n, model.config.n_layers), c["C_abs"])
+
+
+def test_exhaustive_pairs_and_fragile_tokens(tmp_path):
+    """`exhaustive_pairs` over every last token is the brute-force worst single change at n = 2 (each pair's
+    distance from `residuals`), and below the certified bound; `fragile_tokens` ranks tokens by the centred norm
+    of their residual entering the last block; the structured search seeded with them finds a real change."""
+    from tcert.generator.influence import influence_certificate
+    from tcert.generator.influence.search import exhaustive_pairs, fragile_tokens, sharp_seeds, structured_influence
+    path, model = tiny(tmp_path, n_layers=2, rotary=True, parallel=True, d_head=4, d_vocab=5)
+    V = model.config.d_vocab
+    brute = max((float(np.linalg.norm(residuals(model, np.array([a, q]))[-1][-1]
+                                      - residuals(model, np.array([b, q]))[-1][-1])), (q, a, b))
+                for q in range(V) for a in range(V) for b in range(V))
+    dy, dp, arg = exhaustive_pairs(model, range(V))
+    assert abs(dy - brute[0]) < 1e-12 and dy > 0 and 0 <= dp <= 2
+    q, a, b = arg
+    assert abs(float(np.linalg.norm(residuals(model, np.array([a, q]))[-1][-1]
+                                    - residuals(model, np.array([b, q]))[-1][-1])) - dy) < 1e-12
+    before_last = [residuals(model, np.array([t]))[1][0] for t in range(V)]
+    norms = [float(np.linalg.norm(x - x.mean())) for x in before_last]
+    assert list(fragile_tokens(model, V)) == sorted(range(V), key=lambda t: norms[t])
+    t = {k: np.asarray(v, dtype=np.float64) for k, v in model.tensors.items()}
+    x = t["embed.W_E"] - t["embed.W_E"].mean(axis=1, keepdims=True)
+    u = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + 0.1) * t["blocks.0.ln1.w"] + t["blocks.0.ln1.b"]
+    for h, (f, q) in enumerate(sharp_seeds(model)):
+        S = (u @ t["blocks.0.attn.W_Q"][h] + t["blocks.0.attn.b_Q"][h]) @ (u @ t["blocks.0.attn.W_K"][h]
+                                                                            + t["blocks.0.attn.b_K"][h]).T
+        assert q == int(np.argmax(S.max(axis=1) - S.min(axis=1))) and f == int(np.argmin(S[q]))
+    cert = influence_certificate(model)
+    C_abs = parse_number(cert["claim"]["C_abs"], "C_abs")
+    assert dy <= C_abs
+    found, _, (f, q, i, a, b) = structured_influence(model, 4, starts=2, rounds=1, pool=V, seed=1,
+                                                     queries=fragile_tokens(model, 2), seeds=[(0, 1)], witness=True)
+    assert 0 < found <= C_abs
+    x, x2 = np.array([f, f, f, q]), np.array([f, f, f, q])
+    x[i], x2[i] = a, b
+    assert abs(float(np.linalg.norm(residuals(model, x)[-1][-1] - residuals(model, x2)[-1][-1])) - found) < 1e-12
 
 
 def test_local_cost_estimate_counts_the_per_token_rule(tmp_path):
