@@ -466,3 +466,35 @@ def test_near_times_parts_needs_its_radius():
     _, hi = exact_backend.near_times_parts((one, np.full((1, 3), 2.0 ** -20)), W)
     _, hi0 = exact_backend.near_times_parts((one, np.zeros((1, 3))), W)
     assert frac(hi0, 0, 0) < 3 * (1 + Fraction(1, 2 ** 20)) <= frac(hi, 0, 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), n=st.integers(1, 9))
+def test_trimmed_keeps_the_row_top_bits_and_bounds_what_it_drops(seed, m, n):
+    """`trimmed` (parts with zeros, subnormals, spreads up to 2^+-600): every kept entry is a multiple of
+    2^(t_i - TRIM_BELOW) on its row (|p1| < 2^t_i) unless the row is kept whole, and the kept centre lies
+    within sqrt(n) (max |p1 - p1'| + max |p2 - p2'|) of the old one in l2 (exact Fractions)."""
+    rng = np.random.default_rng(seed)
+    p1 = wide(rng, (m, n))
+    p2 = p1 * 2.0 ** -54 * rng.standard_normal((m, n))
+    sq = [Fraction(int(rng.integers(0, 5)), 2 ** 200) for _ in range(m)]
+    (k1, k2), pairs = exact_rounding.trimmed((p1, p2), sq)
+    for i in range(m):
+        assert pairs[i][0] == sq[i]
+        top = int(np.frexp(np.abs(p1[i]).max(initial=0.0))[1])
+        unit = Fraction(2) ** (top - exact_rounding.TRIM_BELOW)
+        whole = abs(exact_rounding.TRIM_BELOW - top) > 1000 or top == exact_rounding.TRIM_BELOW
+        dist = Fraction(0)
+        for j in range(n):
+            kept = Fraction(float(k1[i, j])) + Fraction(float(k2[i, j]))
+            assert whole or (kept / unit).denominator == 1
+            dist += (Fraction(float(p1[i, j])) + Fraction(float(p2[i, j])) - kept) ** 2
+        assert dist <= pairs[i][1]
+
+
+def test_trimmed_drops_bits_and_counts_them():
+    """A row whose second part reaches below 2^(top - TRIM_BELOW): bits are dropped, and counted."""
+    p1, p2 = np.array([[1.0, 2.0 ** -40]]), np.array([[2.0 ** -60, 2.0 ** -90 + 2.0 ** -130]])
+    (k1, k2), pairs = exact_rounding.trimmed((p1, p2), [Fraction(0)])
+    assert k1[0, 1] == 2.0 ** -40 and k2[0, 0] == 2.0 ** -60 and k2[0, 1] == 0.0
+    assert pairs[0][1] == 2 * (Fraction(2) ** -90 + Fraction(2) ** -130) ** 2     # n max^2, the top 2^1
