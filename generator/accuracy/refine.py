@@ -3,7 +3,8 @@
 The checker (`tcert.checker.kinds.accuracy.refine`) re-verifies three kinds of entries; this module finds
 them in float64 and claims only what the rigorous rules confirm with room to spare:
 
-* the cubic cases (`cubic.cubic_cases`), each (m, q, c) with a token set K;
+* the cubic sets, each (m, q, c) with a token set K: the checker derives them itself (`checker_cubic_sets`
+  runs its code), so the certificate does not carry them;
 * "mixed": a case (m, q, c) with bad tokens (outside K) split by their identity and number: b of the c
   non-max positions hold tokens of a set S, the others tokens of K, any order; one O(1) bound each;
 * "patterns": a case split by position pattern P; rule "d" counts the inputs whose top-2 bound A + sum_i D
@@ -21,7 +22,12 @@ import math
 
 import numpy as np
 
-from tcert.generator.accuracy.cubic import cubic_cases, cubic_flops, value_bounds
+from tcert.checker.interval import make_backend
+from tcert.checker.kinds.accuracy.refine import cubic_weight
+from tcert.checker.kinds.accuracy.tables import integer_tables
+from tcert.checker.obligations import Obligations
+
+from tcert.generator.accuracy.cubic import cubic_flops, value_bounds
 from tcert.generator.accuracy.tables import SLACK, TINY, attention_weights, float_tables, position_sums
 
 PATTERN_SLACK = 2.0 ** -20      # relative to a pattern group's scale: covers the checker's int64 rounding
@@ -161,15 +167,12 @@ def refine_evidence(model, budget=None, T=None, dist=None):
     T["value_scale"] = value_scale(T)
     c = model.config
     n, v = T["n"], T["v"]
-    cases, _ = cubic_cases(model, T)
-    K = {(m, q, cc): [k for k in range(m) if mask >> k & 1] if cc else [] for m, q, cc, mask in cases}
-    base = sum(dist.case(m, q, [(K[(m, q, cc)], cc)] if cc else []) for m, q, cc, _ in cases)
+    K, base = checker_cubic_sets(model, dist)
     base_flops = cubic_flops(v, n, c.d_model, c.d_head)
     chains = case_chains(T, K, dist)
     limit = None if budget is None else budget[1] * (base_flops if budget[0] == "x" else 1)
     chosen, flops, weight = select(chains, limit, base_flops, v, n)
-    evidence = {"strategy": "refine", "cases": [[m, q, cc, format(mask, "x")] for m, q, cc, mask in cases],
-                "mixed": [], "patterns": []}
+    evidence = {"strategy": "refine", "mixed": [], "patterns": []}
     for action in chosen:
         for kind, entry in action["entries"]:
             evidence[kind].append(entry)
@@ -179,6 +182,14 @@ def refine_evidence(model, budget=None, T=None, dist=None):
     info = {"flops": flops, "checker_flops": flops, "base": "cubic", "budget": limit,
             "complexity": "O(d_vocab^3 * n_ctx^2) + refinements (counted)"}
     return evidence, base + weight, info
+
+
+def checker_cubic_sets(model, dist) -> tuple:
+    """The cubic sets the checker derives ({(m, q, c): K}, `tcert.checker.kinds.accuracy.refine.cubic_weight`)
+    and their summed weight numerators: computed by the checker's own code on its rigorous tables, so that
+    the mixed and pattern entries refine exactly the sets the checker will credit."""
+    tables = integer_tables(make_backend("flint"), model, eqke_bounds=False)
+    return cubic_weight(tables, dist, Obligations())
 
 
 def case_chains(T, K, dist) -> list:

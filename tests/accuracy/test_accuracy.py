@@ -482,7 +482,7 @@ def test_figures_record_the_certified_count_and_tallies(tiny, strategy):
     if strategy == "brute":
         assert ob.figure("inputs decided") == 8 ** 3 and ob.figure("inputs certainly correct") == claimed
     elif strategy.startswith("refine"):
-        assert ob.figure("inputs covered") + ob.figure("inputs covered by mixed entries") + \
+        assert ob.figure("inputs covered by cubic sets") + ob.figure("inputs covered by mixed entries") + \
             ob.figure("inputs credited by pattern groups") == claimed
     else:
         assert ob.figure("cases confirmed") == len(ob.certificate["evidence"]["cases"])

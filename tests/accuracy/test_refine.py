@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.accuracy import cubic, refine, rows
+from tcert.checker.kinds.accuracy import cubic, refine, rows, screen
 from tcert.checker.kinds.accuracy.distribution import parse_distribution
 from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
@@ -85,6 +85,53 @@ def test_int64_screen_proves_only_correct_cases(tiny):
     assert proved_any > 0
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
+    """refine's cubic sets, derived by the checker (`refine.cubic_weight`, not read from the certificate):
+    every input they cover (max m, query q, its c non-max non-query tokens all in the set of (m, q, c); the
+    all-max input where proved) is correct, the credited weight is exactly the covered inputs' weight (so
+    no set of a case that does not exist and no token >= m adds anything), and each set holds exactly the
+    tokens the exact cubic rule proves for its case here (the all-max input likewise)."""
+    _, model, T, verdicts = tiny
+    n, v = T["n"], T["v"]
+    spec = random_distribution(random.Random(n * v), n, v) if weighted else {}
+    dist = parse_distribution({"distribution": spec} if weighted else {}, n, v)
+    sets, weight = refine.cubic_weight(T, dist, Obligations())
+    covered = 0
+    for t, ok in verdicts.items():
+        m, q = max(t), t[-1]
+        others = [x for x in t[:-1] if x != m]
+        if (m, q, 0) in sets if not others else set(others) <= set(sets.get((m, q, len(others)))):
+            assert ok is True, t
+            covered += input_weight(spec, t)
+    assert dist.value(weight) == covered and covered > 0
+    values = {m: cubic.value_bounds(T, m) for m in range(v)}
+    for m, q, c in all_cases(n, v):
+        exact = np.atleast_1d(cubic.numerator_bound(T, values[m], position_sums(T, q), m, q, c, list(range(m)) or [0]))
+        assert (sets.get((m, q, c)) == [k for k in range(m) if exact[k] < 0]) if c else \
+            (((m, q, 0) in sets) == bool(exact[0] < 0)), (m, q, c)
+    real = np.zeros_like(sets.K)
+    for m, q, c in all_cases(n, v):
+        real[m, q, c, :m] = c > 0
+    assert not np.any(sets.K & ~real) and not np.any(sets.all_max & ~np.tri(v, dtype=bool))
+
+
+def test_derived_cubic_sets_by_blocks_and_their_limit(tiny, monkeypatch):
+    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets as in one block; beyond
+    MAX_SETS entries the check is refused as bad input, in one line."""
+    path, model, T, _ = tiny
+    n, v = T["n"], T["v"]
+    K, all_max = screen.cubic_sets(dict(T))
+    for block in (1, 2, 3):
+        monkeypatch.setattr(screen, "SETS_CHUNK", block * v * v)
+        K2, all_max2 = screen.cubic_sets({k: x for k, x in T.items() if k != "cubic sets"})
+        assert np.array_equal(K, K2) and np.array_equal(all_max, all_max2)
+    cert = refine_cert(path, "refine:0")
+    monkeypatch.setattr(screen, "MAX_SETS", v ** 3 * n - 1)
+    with pytest.raises(BadInput, match=r"d_vocab\^3 n_ctx = \d+ exceeds"):
+        check(cert, path)
+
+
 # ------------------------------------------------------------------------------- the mixed rule, exhaustively
 
 def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
@@ -124,7 +171,10 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
                     accepted += 1
     assert accepted > 0
     for cases, mixed, exact in by_exact:      # the int64 screen proves exactly what the exact rule proves here
-        assert refine.mixed_screened(T, cases, mixed) == exact
+        K = np.zeros((v, v, n, v), dtype=bool)
+        for (m, q, c), ks in cases.items():
+            K[m, q, c, ks] = True
+        assert refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed) == exact
 
 
 # ------------------------------------------------------------------------------ the pattern rules, exhaustively
@@ -307,6 +357,12 @@ def check(cert, path, backend="flint"):
     return verify(json.loads(certificate.dumps(cert)), path, backend)
 
 
+def derived_sets(model):
+    """The cubic sets the checker derives for `model` (`refine.CubicSets`)."""
+    T = integer_tables(make_backend("flint"), model, eqke_bounds=False)
+    return refine.cubic_weight(T, uniform(model.config.n_ctx, model.config.d_vocab), Obligations())[0]
+
+
 def test_refine_reaches_brute_force_and_budgets_are_monotone(tiny):
     """refine at no budget limit certifies the exact count (that of brute force); its bound never falls
     as the budget grows, from the cubic proof alone up."""
@@ -327,7 +383,7 @@ ACCEPTED_EDITS = []
 @settings(max_examples=example_scale(25), deadline=None)
 @given(seed=st.integers(0, 2 ** 16), edits=st.integers(1, 20), params=st.sampled_from(TINY))
 def test_random_refine_evidence_never_overclaims(tmp_path_factory, seed, edits, params):
-    """An adversary extends a valid refine certificate entry by entry (random cases, token sets, counts,
+    """An adversary extends a valid refine certificate entry by entry (random mixed token sets, counts,
     position patterns and rules, each kept when the checker still accepts the certificate): whatever it
     accepts, the weight it certifies is at most the oracle's count of inputs not certainly wrong."""
     rng = random.Random(seed)
@@ -337,7 +393,7 @@ def test_random_refine_evidence_never_overclaims(tmp_path_factory, seed, edits, 
     n, v = model.config.n_ctx, model.config.d_vocab
     _, hi = oracle_count(input_verdicts(model))
     ev = refine_cert(path, rng.choice(["refine:0", "refine:1.05x", "refine"]))["evidence"]
-    B = make_backend("flint")
+    B, sets = make_backend("flint"), derived_sets(model)
     for _ in range(edits):
         m = rng.randint(1, v - 1)
         q = rng.randint(0, m)
@@ -345,8 +401,7 @@ def test_random_refine_evidence_never_overclaims(tmp_path_factory, seed, edits, 
         trial = json.loads(json.dumps(ev))
         if rng.random() < 0.5 and top >= 1:
             c = rng.randint(1, top)
-            mask = next((int(k[3], 16) for k in ev["cases"] if k[:3] == [m, q, c]), 0)
-            bad = [k for k in range(m) if not mask >> k & 1] or [0]
+            bad = [k for k in range(m) if k not in sets.get((m, q, c))] or [0]
             S = rng.sample(bad, rng.randint(1, len(bad)))
             trial["patterns"] = [p for p in trial["patterns"] if (p[0], p[1], bin(p[2]).count("1")) != (m, q, c)]
             trial["mixed"].append([m, q, c, format(sum(1 << k for k in S), "x"), rng.randint(1, c)])
@@ -378,7 +433,7 @@ def shipped_tiny(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("mut") / "m.safetensors")
     save_model(path, *constructed(8, 3, 15.0, 3.0, 0.1, 1))
     cert = refine_cert(path)
-    assert cert["evidence"]["patterns"] and cert["evidence"]["cases"]
+    assert cert["evidence"]["patterns"] and "cases" not in cert["evidence"]
     return path, cert
 
 
@@ -412,7 +467,6 @@ def test_refine_mutations_are_rejected(shipped_tiny, backend):
         entry = wrong_mixed_entry(path)
         c["evidence"]["patterns"] = [p for p in c["evidence"]["patterns"]
                                      if (p[0], p[1], bin(p[2]).count("1")) != tuple(entry[:3])]
-        c["evidence"]["cases"] = [k for k in c["evidence"]["cases"] if tuple(k[:3]) != tuple(entry[:3])]
         c["evidence"]["mixed"] = [k for k in c["evidence"]["mixed"] if tuple(k[:3]) != tuple(entry[:3])] + [entry]
     with pytest.raises(Rejected, match="accuracy refine: mixed cases"):
         check(edited(cert, add_wrong), path, backend)
@@ -440,7 +494,7 @@ def test_unclaimed_hint_never_adds_to_the_count(shipped_tiny):
     j = e[0]
     m, q, mask, _, hint = cert["evidence"]["patterns"][j]
     P = [i for i in range(n - 1) if mask >> i & 1]
-    K = next((int(k[3], 16) for k in cert["evidence"]["cases"] if k[:3] == [m, q, len(P)]), 0)
+    K = sum(1 << k for k in derived_sets(load_model(path)).get((m, q, len(P))))
     listed = {tuple(int(hint[a + b], 16) for b in range(len(P))) for a in range(0, len(hint), len(P))}
     assert all(verdicts[next(group_inputs(n, m, q, P, [f]))] is False for f in listed)
     extra = next(f for f in itertools.product(range(m), repeat=len(P)) if f not in listed
@@ -503,8 +557,7 @@ def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):
     path, cert = shipped_tiny
     m, q, P = next(p for p in cert["evidence"]["patterns"] if p[2])[:3]
     c = bin(P).count("1")
-    K = next((k for k in cert["evidence"]["cases"] if k[:3] == [m, q, c]), [m, q, c, "0"])
-    bad = [k for k in range(m) if not int(K[3], 16) >> k & 1]
+    bad = [k for k in range(m) if k not in derived_sets(load_model(path)).get((m, q, c))]
     with pytest.raises(BadInput, match="split twice"):
         check(edited(cert, lambda d: d["evidence"]["mixed"].append([m, q, c, format(1 << bad[0], "x"), c])), path)
 
@@ -516,13 +569,18 @@ def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):
         check(edited(cert, overlapping), path)
 
 
-def test_mixed_set_meeting_the_cubic_set_is_refused(shipped_tiny):
+def test_mixed_set_meeting_the_cubic_set_is_rejected(shipped_tiny):
+    """The cubic sets are derived from the weights, so a mixed set that meets one is an obligation that
+    fails (its inputs would be credited twice), not a malformed field."""
     path, cert = shipped_tiny
-    m, q, c, mask = next(k for k in cert["evidence"]["cases"] if k[2] >= 2)
+    sets = derived_sets(load_model(path))
+    (m, q, c), K = next(((m, q, c), sets.get((m, q, c))) for m, q, c in zip(*np.nonzero(sets.K.sum(axis=3) >= 2)))
     cert = edited(cert, lambda d: d["evidence"].update(patterns=[p for p in d["evidence"]["patterns"]
                                                                  if (p[0], p[1]) != (m, q)], mixed=[]))
-    with pytest.raises(BadInput, match="meets the cubic set"):
-        check(edited(cert, lambda d: d["evidence"]["mixed"].append([m, q, c, mask, 1])), path)
+    for S in (K, K[:1]):
+        with pytest.raises(Rejected, match=r"accuracy refine: mixed cases.*meets the case's cubic set"):
+            check(edited(cert, lambda d: d["evidence"]["mixed"].append([int(m), int(q), int(c),
+                                                                         format(sum(1 << k for k in S), "x"), 1])), path)
 
 
 def test_longer_inputs_use_mixed_entries(tmp_path):

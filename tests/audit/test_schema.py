@@ -39,9 +39,9 @@ PARSER_ONLY = {
     r"must list \d+|must be a list of (d_model|d_head) = |must be a list of two lists|must list evidence for each "
     r"length|must list as many hint vectors|must be a list of \d+ to d_head|must be a list of [^=]+ = \d+ exact numbers":
         "a list length tied to the model (n_heads, d_model, d_head) or to another field (the free length)",
-    r"listed twice|is the claimed token|is split twice|overlaps another mixed entry|meets the cubic set":
+    r"listed twice|is the claimed token|is split twice|overlaps another mixed entry":
         "uniqueness: a case or competitor at most once, never the claimed token; a refine case split one way, "
-        "its entries disjoint from each other and from the cubic cases",
+        "its mixed entries disjoint from each other",
     r"no such position pattern": "a refine position pattern must fit the case (n_ctx, q < m)",
     r"must be positive": "a margin > 0 (a schema cannot compare exact rationals written as strings)",
     r"evidence\.constants: (missing|unused)": "the ledger's constant names follow from the model's layers and heads",

@@ -195,7 +195,14 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # fast_blocks): influence +30; exact_backend.quadratic_rows (max_quadratic's per-row bounds): exact +3.
 # At that merge: exact_backend.dyadic_float and scaled_rows_bounds removed (no verdict path read them after
 # fast_blocks went): exact -17. error_balls.normalise_radii split out of exact_normalise (46 code lines): kernel +4.
-BUDGETS = {"kernel": 2141, "exact": 907, "prediction": 234, "overwhelm": 728, "accuracy": 1239, "influence": 1223}
+# refine derives its cubic sets instead of reading ~6,200 cases: screen.cubic_sets (the cubic rule on the int64
+# screen for every (m, q, c, k) at once, the four sign cases regrouped; cubic.screened now reads it, -20 there),
+# refine.CubicSets / cubic_weight (the sets as a mapping, their count by size histograms), the mixed set's
+# disjointness from the derived set as an obligation; refine.token_set replaced by cubic.parse_mask (accuracy +21).
+# refine.key_bounds_int64 reads the derived sets' array for every token at once; screen_tables' e mantissas by
+# rows.shifted_each (accuracy -2). cubic_sets by blocks of max tokens (SETS_CHUNK) and refused beyond MAX_SETS
+# (bounded memory whatever d_vocab: the sets no longer scale with the certificate) (accuracy +7).
+BUDGETS = {"kernel": 2141, "exact": 907, "prediction": 234, "overwhelm": 728, "accuracy": 1265, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -14,14 +14,12 @@ Obligations: "accuracy cubic: rigorous tables", "accuracy cubic: claimed cases".
 """
 
 from fractions import Fraction
-from itertools import chain
-
 import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy.cases import case_inputs, case_name, parse_cases
-from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
+from tcert.checker.kinds.accuracy.screen import cubic_sets
 from tcert.checker.kinds.accuracy.tables import (SHIFT, centred_upper, integer_tables, mul_upper, position_sums,
                                                   product_bounds)
 from tcert.checker.numbers import show
@@ -49,14 +47,13 @@ def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
     return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"] if c else []     # bit k from the right
 
 
-def confirmed_count(tables, cases, dist, ob, method: str = "cubic", values=None) -> int:
-    """Confirm every claimed case (obligation "accuracy <method>: claimed cases"); return the summed weight
-    numerators of the inputs they cover (their number under uniform counting). `values` caches the
-    per-max-token value bounds (a dict, filled here)."""
+def confirmed_count(tables, cases, dist, ob) -> int:
+    """Confirm every claimed case (obligation "accuracy cubic: claimed cases"); return the summed weight
+    numerators of the inputs they cover (their number under uniform counting)."""
     n = tables["n"]
     scale = Fraction(1, 1 << (tables["e_shift"] + tables["pw_shift"] + SHIFT))
-    values, sums = {} if values is None else values, {}
-    with ob.step(f"accuracy {method}: claimed cases") as fig:
+    values, sums = {}, {}                            # per max token, per query
+    with ob.step("accuracy cubic: claimed cases") as fig:
         proved = screened(tables, cases)
         for (m, q, c), ks in sorted(cases.items()):
             if (m, q, c) not in proved:
@@ -132,28 +129,7 @@ def numerator_bound(tables, values, sums, m, q, c, ks):
 # ----------------------------------------------------------------------------------- the int64 screen
 
 def screened(tables, cases) -> set:
-    """The cases whose `numerator_bound` the int64 screen (screen.py) proves negative for every claimed
-    token, all cases at once (the rest get the exact evaluation). What depends on the case alone is computed
-    once per case, the key terms per claimed token; a case's worst token is the one with the largest key
-    term at each end u (the rest of the bound is the same for all its tokens)."""
-    S, n = screen_tables(tables), tables["n"]
-    keys = list(cases)
-    if not keys:
-        return set()
-    lens = np.array([len(cases[k]) if k[2] else 1 for k in keys], dtype=np.int64)
-    M, Q, C = (np.array([k[j] for k in keys], dtype=np.int64) for j in range(3))
-    K = np.fromiter(chain.from_iterable(cases[k] if k[2] else [0] for k in keys), np.int64, int(lens.sum()))
-    R = np.repeat(np.arange(len(keys)), lens)                   # the case of each claimed token
-    (eQ, eQh), (eM, eMh), (eK, eKh) = ([weights(S, q, m, t, up) for up in (False, True)]
-                                       for q, m, t in ((Q, M, Q), (Q, M, M), (Q[R], M[R], K)))
-    pw, small, large, Tm = S.pw, S.small, S.large, S.Tm[M, Q]
-    query = upper(eQ * pw[0][Q, n - 1], eQh * pw[1][Q, n - 1], S.Tq[M, Q])
-    key_value, starts, ends = (S.EUp[M, Q])[R] + S.R[M[R], K], np.cumsum(lens) - lens, []
-    for u in (small[Q, n - 1 - C], large[Q, n - 1 - C]):
-        lo, hi = (small[Q, n - 1] - u)[R], (large[Q, n - 1] - u)[R]      # P - u, the non-max positions
-        w_lo, w_hi = np.where(lo >= 0, eK * lo, eKh * lo), np.where(hi >= 0, eKh * hi, eK * hi)
-        keys_term = np.maximum.reduceat(upper(w_lo, w_hi, key_value), starts)
-        ends.append(upper(eM * u, eMh * u, Tm) + keys_term + query)
-    all_max = upper(eM * small[Q, n - 1], eMh * large[Q, n - 1], Tm) + query                 # c = 0
-    bound = np.where(C > 0, np.maximum(*ends), all_max)
-    return {k for k, b in zip(keys, bound) if b < 0}
+    """The cases whose `numerator_bound` the int64 screen proves negative for every claimed token
+    (`screen.cubic_sets`); the rest get the exact evaluation."""
+    K, all_max = cubic_sets(tables)
+    return {(m, q, c) for (m, q, c), ks in cases.items() if (K[m, q, c, ks].all() if c else all_max[m, q])}

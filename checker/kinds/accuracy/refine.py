@@ -2,8 +2,6 @@
 the bottom, decided input by input.
 
 evidence {"strategy": "refine",
-          "cases":    [[m, q, c, hexmask], ...]       the cubic proof (cubic.py): case (m, q, c), every filling
-                                                      of its c non-max positions from the token set K = hexmask
           "mixed":    [[m, q, c, hexmask, b], ...]    case (m, q, c) split by the identity of its tokens: the
                                                       inputs with exactly b of the c non-max positions holding
                                                       tokens of S = hexmask (S disjoint from K), the other c - b
@@ -16,31 +14,33 @@ evidence {"strategy": "refine",
                                                       exactly by `rows.decide` / `rows.exact_correct`, except
                                                       the fillings `unclaimed` lists: `parse_unclaimed`)
 
-A case (m, q, c) is split one way or the other, not both, and every entry is listed once (so the inputs each
-entry credits are disjoint from the other entries' and from the cubic cases'). Credited: the cubic cases'
-inputs, every input of each confirmed mixed entry (an entry that cannot be confirmed is rejected), and for
+The cubic proof is not read but derived (`cubic_weight`): per case (m, q, c) its set K, every non-max token
+whose cubic bound (cubic.py) the int64 screen proves negative. A case is split one way or the other, not
+both, and every entry is listed once (so the inputs each entry credits are disjoint from the other entries'
+and from the cubic cases'). Credited: every filling of each case's c non-max positions from its K, every input of each confirmed mixed entry (an entry that cannot be confirmed is rejected), and for
 each pattern entry the inputs outside K^P that its rule proves correct (a count: inputs it cannot prove are
 simply not credited). A rule "e" entry's `unclaimed` fillings are the generator's statement of the inputs it
 does not claim (the model's errors, lrat-style): they are not credited and get no test at all, which is sound
 because the count is only what is proved, never what the hint says; a hint that leaves out a wrong input only
 costs its full test, one that lists a correct input only lowers the count.
 
-Obligations: "accuracy refine: rigorous tables", "accuracy refine: claimed cases" (the cubic rule),
+Obligations: "accuracy refine: rigorous tables", "accuracy refine: cubic sets" (the cubic rule, derived),
 "accuracy refine: mixed cases", "accuracy refine: pattern groups".
 """
 
 import math
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy import cubic
-from tcert.checker.kinds.accuracy.cases import case_name, parse_cases
+from tcert.checker.kinds.accuracy.cases import case_name
 from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
                                                 stacked_fixed_terms, stacked_view, value_tables)
-from tcert.checker.kinds.accuracy.screen import screen_tables, upper, weights
+from tcert.checker.kinds.accuracy.screen import cubic_sets, screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
@@ -54,36 +54,61 @@ MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unc
 
 def certified(B, model, evidence, dist, ob) -> tuple:
     """(weight of the inputs credited, "refined proof") for a refine certificate."""
-    fields(evidence, "evidence", {"strategy", "cases", "mixed", "patterns"})
+    fields(evidence, "evidence", {"strategy", "mixed", "patterns"})
     n, v = model.config.n_ctx, model.config.d_vocab
-    cases = parse_cases(evidence, n, v, "hexmask", cubic.parse_mask)
-    mixed = parse_mixed(evidence["mixed"], cases, n, v)
+    mixed = parse_mixed(evidence["mixed"], n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
         tables = integer_tables(B, model, eqke_bounds=False)
-    values = {}                  # cubic's per-max-token value bounds, shared with the mixed entries
-    weight = cubic.confirmed_count(tables, cases, dist, ob, "refine", values)
+    values = {}                  # cubic's per-max-token value bounds, for the mixed entries' exact evaluation
+    cases, weight = cubic_weight(tables, dist, ob)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
     weight += pattern_weight(tables, cases, patterns, dist, ob)
     return weight, "refined proof"
 
 
+# ------------------------------------------------------------------------------------------ cubic sets
+
+class CubicSets(NamedTuple):
+    """The cubic sets `screen.cubic_sets` derives, read as a mapping {(m, q, c): K}: `get` gives the tokens of
+    K (a list, [] when empty or c = 0), `in` whether a case has a non-empty K or (c = 0) a proved all-max
+    input."""
+
+    K: np.ndarray
+    all_max: np.ndarray
+
+    def get(self, case, default=None) -> list:
+        return self.K[case].nonzero()[0].tolist()
+
+    def __contains__(self, case) -> bool:
+        return bool(self.all_max[case[:2]] if case[2] == 0 else self.K[case].any())
+
+
+def cubic_weight(tables, dist, ob) -> tuple:
+    """The cubic proof on every case (obligation "accuracy refine: cubic sets"), derived here, not read: per
+    case (m, q, c) its cubic set K, every non-max token whose cubic bound the int64 screen proves negative
+    (`screen.cubic_sets`; every filling of the c positions from K is correct), and the all-max input where
+    its bound is. Returns (the sets as `CubicSets`, the summed weight numerators of the inputs they cover)."""
+    n = tables["n"]
+    with ob.step("accuracy refine: cubic sets") as fig:
+        sets = CubicSets(*cubic_sets(tables))
+        sizes = sets.K.sum(axis=3)
+        sizes[:, :, 0] = sets.all_max                   # c = 0: the one all-max input where proved
+        count = sum(math.comb(n - 1, c) * sum(int(h) * s ** max(c, 1) for s, h in
+                                              enumerate(np.bincount(sizes[:, :, c].ravel()))) for c in range(n))
+        weight = count if dist.unit and not dist.m0 else sum(     # counting: = count
+            dist.case(m, q, [(sets.get((m, q, c)), c)] if c else []) for m, q, c in zip(*np.nonzero(sizes)))
+        fig["cases with a cubic set"] = int(np.count_nonzero(sizes))
+        fig["inputs covered by cubic sets"] = count
+    return sets, weight
+
+
 # ------------------------------------------------------------------------------------------- evidence
 
-def token_set(mask, where: str, m: int) -> list:
-    """The tokens of a lowercase hex mask: a non-empty subset of [0, m)."""
-    if not isinstance(mask, str) or not 1 <= len(mask) <= m // 4 + 2 or not cubic.HEX.issuperset(mask):
-        raise BadInput(f"{where}: must be a lowercase hex string")
-    bits = int(mask, 16)
-    if not 0 < bits < (1 << m):
-        raise BadInput(f"{where}: must be a non-empty subset of the tokens below m = {m}")
-    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"]                 # bit k from the right
-
-
-def parse_mixed(entries, cases: dict, n: int, v: int) -> dict:
-    """evidence.mixed as {(m, q, c): [(S, b), ...]}: S disjoint from the case's K, and two entries of one case
-    with the same b have disjoint sets (entries with different b cover disjoint inputs anyway: every token
-    outside K is in the entry's set, and there are exactly b of them)."""
+def parse_mixed(entries, n: int, v: int) -> dict:
+    """evidence.mixed as {(m, q, c): [(S, b), ...]}: two entries of one case with the same b have disjoint
+    sets (entries with different b cover disjoint inputs anyway: every token outside K is in the entry's set,
+    and there are exactly b of them; S disjoint from the case's cubic set K is an obligation, `mixed_weight`)."""
     if not isinstance(entries, list) or len(entries) > v * v * n * v:
         raise BadInput(f"evidence.mixed: must be a list of at most {v * v * n * v} entries")
     out = {}
@@ -94,10 +119,8 @@ def parse_mixed(entries, cases: dict, n: int, v: int) -> dict:
         m = parse_int(entry[0], where + ".m", 1, v - 1)
         q = parse_int(entry[1], where + ".q", 0, m)
         c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
-        S = token_set(entry[3], where + ".mask", m)
+        S = cubic.parse_mask(entry[3], where, v, m, 1)          # a non-empty subset of [0, m)
         b = parse_int(entry[4], where + ".b", 1, c)
-        if set(S) & set(cases.get((m, q, c), [])):
-            raise BadInput(f"{where}: the set meets the cubic set of {case_name(m, q, c)}")
         for S2, b2 in out.get((m, q, c), []):
             if b2 == b and set(S) & set(S2):
                 raise BadInput(f"{where}: overlaps another mixed entry of {case_name(m, q, c)}")
@@ -165,14 +188,18 @@ def parse_unclaimed(hints, v: int) -> list:
 # ------------------------------------------------------------------------------------------ mixed cases
 
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
-    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): by the int64 screen, else
-    exactly (`require_mixed`); their summed weight numerators."""
+    """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): its set disjoint from the
+    case's cubic set, its bound negative by the int64 screen, else exactly (`require_mixed`); their summed
+    weight numerators."""
     weight, count = 0, 0
     with ob.step("accuracy refine: mixed cases") as fig:
         proved = mixed_screened(tables, cases, mixed)
         for (m, q, c), entries in sorted(mixed.items()):
             K = cases.get((m, q, c), [])
             for S, b in entries:
+                if not set(S).isdisjoint(K):
+                    raise Rejected("", f"{case_name(m, q, c)}: the mixed set {S[:8]} meets the case's cubic set "
+                                       f"{K[:8]} (in both: {sorted(set(S) & set(K))[:8]})")
                 if ((m, q, c), tuple(S), b) not in proved:
                     require_mixed(tables, values, (m, q, c), K, S, b)
                 covered = math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
@@ -198,10 +225,10 @@ def require_mixed(tables, values, case, K, S, b):
                            f"{show(bound * bound_scale(tables))} >= 0")
 
 
-def mixed_screened(tables, cases, mixed) -> set:
+def mixed_screened(tables, sets, mixed) -> set:
     """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
-    every entry at once (`key_bounds` and `key_bound` on the screen's tables); the rest get the exact
-    evaluation."""
+    every entry at once (`key_bounds` and `key_bound` on the screen's tables; the cubic sets as `CubicSets`);
+    the rest get the exact evaluation."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
     if not flat:
@@ -211,19 +238,20 @@ def mixed_screened(tables, cases, mixed) -> set:
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EV = lambda T, M: np.take_along_axis(EVh[T], cols[M], 1) - EVl[T, M][:, None]
+    EVc = EVh[:, cols]                                  # EVc[t, m] = EVh[t, x != m]; likewise for EU, Pn, PV
+    EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    EU = np.take_along_axis(EUh[Q], cols[M], 1) - EUl[Q, M][:, None]
-    EU_Pn = EU + np.take_along_axis(Pn[M], cols[M], 1)                  # per entry; rows of it per token below
+    EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
+    EU_Pn = EU + Pn[:, cols][M, M]                                      # per entry; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU + EV(Q, M) + np.take_along_axis(PV[n - 1][M], cols[M], 1))
+    Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
     lens = [len(S) for _, S, _ in flat]
     R = np.repeat(np.arange(len(flat)), lens)
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
     Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    beta_K = key_bounds_int64(Sc, cases, flat, M, Q)
+    beta_K = key_bounds_int64(Sc, sets, M, Q, C)
     P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
     pure, corners = [], []
     for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
@@ -235,16 +263,15 @@ def mixed_screened(tables, cases, mixed) -> set:
     return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
 
 
-def key_bounds_int64(Sc, cases, flat, M, Q) -> np.ndarray:
-    """Per entry, `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t]) over the
-    case's cubic set K (0 when K is empty)."""
-    Ks = [cases.get(case, []) for case, _, _ in flat]
-    lens = [max(len(K), 1) for K in Ks]
-    R = np.repeat(np.arange(len(flat)), lens)
-    T = np.fromiter(chain.from_iterable(K or [0] for K in Ks), np.int64, sum(lens))
-    lo, hi = (weights(Sc, Q[R], M[R], T, up) for up in (False, True))
-    terms = np.where(np.repeat([bool(K) for K in Ks], lens), upper(lo, hi, Sc.EUp[M[R], Q[R]] + Sc.R[M[R], T]), 0)
-    return np.maximum.reduceat(terms, np.cumsum([0] + lens[:-1]))
+def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
+    """Per entry (case M, Q, C), `key_bound` on the screen's tables: max_{t in K} e[q,t] (EUp[m, q] + R[m, t])
+    over the case's cubic set K (`CubicSets`; 0 when K is empty); every token t < v at once, clamped to at
+    most m (a real key of the case) outside K, where it is masked."""
+    K = sets.K[M, Q, C]
+    T = np.minimum(np.arange(K.shape[1]), M[:, None])
+    lo, hi = (weights(Sc, Q[:, None], M[:, None], T, up) for up in (False, True))
+    terms = np.where(K, upper(lo, hi, Sc.EUp[M, Q][:, None] + Sc.R[M[:, None], T]), np.iinfo(np.int64).min)
+    return np.where(K.any(axis=1), terms.max(axis=1), 0)
 
 
 def max_weights(tables, q: int, c: int) -> tuple:

@@ -1,7 +1,7 @@
 """The cubic and mixed rules' tables in int64 at reduced precision, rounded outward: a fast screen.
 
-`cubic.screened` and `refine.mixed_screened` evaluate their rule's bound on these tables for every case /
-entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
+`cubic_sets` (cubic's rule for every case and token: cubic's screen, refine's cubic sets) and
+`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
 evaluation on the integer tables (so the screen only saves time, never changes what can be proved by more
 than its rounding).
 
@@ -18,10 +18,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcert.checker.kinds.accuracy.rows import align, value_tables
+from tcert.checker.errors import BadInput
+from tcert.checker.kinds.accuracy.rows import BIT_LENGTH, align, shifted_each, value_tables
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
+SETS_CHUNK = 1 << 20    # `cubic_sets`: (m, q, k) entries per block of max tokens (bounds its int64 arrays)
+MAX_SETS = 1 << 28      # `cubic_sets`: d_vocab^3 n_ctx at most (K's booleans; d_vocab 406 at n_ctx 4)
 
 
 class Screen(NamedTuple):
@@ -51,10 +54,9 @@ def screen_tables(tables) -> Screen:
     n = tables["n"]
     W = (41 - (15 * n - 15).bit_length()) // 2
     V = value_tables(tables, VALUE_BITS)
-    L = np.array([[int(x).bit_length() for x in row] for row in tables["e_hi"]], dtype=np.int64)
+    L = BIT_LENGTH(tables["e_hi"]).astype(np.int64)
     Ee = np.maximum(L - 30, 0)
-    em = [np.array([[shifted_int(int(x), int(s), up) for x, s in zip(row, es)] for row, es in zip(tables[name], Ee)],
-                   dtype=np.int64) for name, up in (("e_lo", False), ("e_hi", True))]
+    em = [shifted_each(tables[name], Ee, up) for name, up in (("e_lo", False), ("e_hi", True))]
     sp = [max(max(int(x) for x in row).bit_length() - W, 0) for row in tables["pw_hi"]]
     pw = [np.array([[shifted_int(int(x), s, up) for x in row] for row, s in zip(tables[name], sp)], dtype=np.int64)
           for name, up in (("pw_lo", False), ("pw_hi", True))]
@@ -101,3 +103,46 @@ def centred(V, m: int) -> tuple:
 def upper(lo, hi, x):
     """Upper bound of w * x over w in [lo, hi] (elementwise, int64)."""
     return np.where(x >= 0, hi * x, lo * x)
+
+
+def cubic_sets(tables) -> tuple:
+    """`cubic.numerator_bound` on these tables for every case and token at once: (K, all_max), K[m, q, c, k]
+    (c >= 1) whether the bound is negative for non-max token k of case (m, q, c), all_max[m, q] whether it is
+    for the all-max input (c = 0); False wherever no such case or token exists (q > m, c > n-2 with q < m,
+    k >= m; K[..., 0, :]). Cached in `tables`; by blocks of max tokens (at most SETS_CHUNK (m, q, k) each),
+    and refused (BadInput) when K would exceed MAX_SETS entries.
+
+    Per (m, q) and end u the bound is A(u) + upper(w, key) with w in [lo, hi] e_k-scaled: lo = e_k (P_lo - u)
+    or eh_k (P_lo - u) as P_lo - u >= 0 or not, hi alike; upper(w, key) = x (x >= 0 ? a : b) with x = hi,
+    a = eh_k key, b = e_k key for key >= 0, and x = lo, a = e_k key, b = eh_k key for key < 0 (the four sign
+    cases of screen.upper and the two ends, regrouped; exact integer products)."""
+    if "cubic sets" in tables:
+        return tables["cubic sets"]
+    S, n, v = screen_tables(tables), tables["n"], tables["v"]
+    if v ** 3 * n > MAX_SETS:
+        raise BadInput(f"accuracy: d_vocab^3 n_ctx = {v ** 3 * n} exceeds {MAX_SETS} (the cubic screen's sets)")
+    m, q = np.nonzero(np.tri(v, dtype=bool))                    # the (m, q) with q <= m
+    pair = np.zeros((v, v), dtype=np.int64)
+    pair[m, q] = np.arange(len(m))
+    eM, eMh, eQ, eQh = (weights(S, q, m, t, up) for t in (m, q) for up in (False, True))
+    query = upper(eQ * S.pw[0][q, n - 1], eQh * S.pw[1][q, n - 1], S.Tq[m, q])
+    K, step = np.zeros((v, v, n, v), dtype=bool), max(1, SETS_CHUNK // (v * v))
+    for m0 in range(0, v, step):
+        M, Q, T = np.nonzero(np.tri(v, dtype=bool)[m0:m0 + step, :, None] & np.tri(v, k=-1, dtype=bool)[m0:m0 + step, None])
+        M += m0                                                 # (m, q, k) with q <= m, k < m
+        eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
+        key = S.EUp[M, Q] + S.R[M, T]
+        neg = key < 0
+        a, b = np.where(neg, eK * key, eKh * key), np.where(neg, eKh * key, eK * key)
+        side, at = 2 * Q + neg, pair[M, Q]                      # x: hi of query Q for key >= 0, else lo
+        for c in range(1, n):
+            holds = c <= np.where(Q == M, n - 1, n - 2)
+            for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
+                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side]     # P - u
+                A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
+                holds &= A[at] + np.where(x >= 0, a, b) * x < 0
+            K[M, Q, c, T] = holds
+    all_max = np.zeros((v, v), dtype=bool)
+    all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
+    tables["cubic sets"] = K, all_max
+    return K, all_max
