@@ -80,11 +80,11 @@ def _dyadic(x: Fraction):
     return (x.numerator, d.bit_length() - 1) if d & (d - 1) == 0 else None
 
 
-def up_affine(xs: list, ys: list, a: Fraction = Fraction(1), c: Fraction = Fraction(0)) -> list:
-    """[up(a x + y + c) for x, y in zip(xs, ys)], the same values, in integers where every term is dyadic."""
+def up_affine(xs: list, ys: list, a: Fraction = Fraction(1), c: Fraction = Fraction(0), split=None) -> list:
+    """[up(a x + y + c) for x, y in zip(xs, ys)], the same values, in integers where every term is dyadic
+    (`split`: the lists [_dyadic(x)], [_dyadic(y)] when the caller has them, e.g. for several a)."""
     fixed, out = [_dyadic(Fraction(v)) for v in (a, c)], []
-    for x, y in zip(xs, ys):
-        dx, dy = _dyadic(x), _dyadic(y)
+    for x, y, dx, dy in zip(xs, ys, *(split or ([_dyadic(x) for x in xs], [_dyadic(y) for y in ys]))):
         if None in (dx, dy, *fixed):
             out.append(up(a * x + y + c))
             continue
@@ -190,11 +190,11 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     if out is None:
         return None
     (c1, c2), radius = out
-    dh = c1.shape[1] // len(norms)
+    dh, split = c1.shape[1] // len(norms), ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
     heads = []
     for h, n in enumerate(norms):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
-        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n)))
+        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n, split=split)))
     return heads
 
 

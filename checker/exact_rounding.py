@@ -443,9 +443,11 @@ def trimmed(parts, sq):
     up, down = np.ldexp(1.0, shift), np.ldexp(1.0, -shift)
     keep = [np.where(shift != 0, np.trunc(p * up) * down, p) for p in (p1, p2)]
     drop = [np.abs(p - k).max(axis=1, initial=0.0).tolist() for p, k in zip((p1, p2), keep)]
-    n = p2.shape[1]
-    dropped = [Fraction(a) + Fraction(b) for a, b in zip(*drop)]
-    return tuple(keep), [(s, n * d * d) for s, d in zip(sq, dropped)]
+    n, out = p2.shape[1], []
+    for s, a, b in zip(sq, *drop):      # n (a + b)^2 as one Fraction: a = m1 / q1, b = m2 / q2 exactly
+        (m1, q1), (m2, q2) = a.as_integer_ratio(), b.as_integer_ratio()
+        out.append((s, Fraction(n * (m1 * q2 + m2 * q1) ** 2, (q1 * q2) ** 2)))
+    return tuple(keep), out
 
 
 def row_integers(x: Exact, row: int = 0):

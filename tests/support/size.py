@@ -180,7 +180,8 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # product's exit split out as exact_backend.leave): kernel +4, exact +4 (a head at 1,024 tokens 0.18 -> 0.15 s).
 # Centres trimmed at a row-relative bit, 2^(row top - 84), both parts (exact_rounding.trimmed; was: the second
 # part to 24 significant bits): at most 4 digits of 21 bits per row in every later product, a trim term ~2^5
-# smaller; exact +2 (K/V's left factor 6,528 -> 5,515 row-digits at paper scale).
+# smaller, each row's term one Fraction; exact +4 (K/V's left factor 6,528 -> 5,515 row-digits at paper scale).
+# exact_affine's per-row radii decompose each row's dyadics once for all heads (up_affine's `split`): kernel -1.
 # The local claim for L >= 2 layers by propagated bounds (propagated.py 222: x's own forward pass per block,
 # the block constants, the per-query head rule with wild keys, the changed position's V candidate rows per block
 # (block 0; every block of a causal model) and the per-token rule on them, the propagation per changed position;
@@ -202,7 +203,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # refine.key_bounds_int64 reads the derived sets' array for every token at once; screen_tables' e mantissas by
 # rows.shifted_each (accuracy -2). cubic_sets by blocks of max tokens (SETS_CHUNK) and refused beyond MAX_SETS
 # (bounded memory whatever d_vocab: the sets no longer scale with the certificate) (accuracy +7).
-BUDGETS = {"kernel": 2141, "exact": 907, "prediction": 234, "overwhelm": 728, "accuracy": 1265, "influence": 1223}
+BUDGETS = {"kernel": 2140, "exact": 909, "prediction": 234, "overwhelm": 728, "accuracy": 1265, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
