@@ -22,8 +22,8 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker.errors import Rejected
-from tcert.checker.exact_products import (Exact, ExactInterval, Slices, _line_top, _require, bits_for, cut_cols, cut_rows, exact_matrix,
-                                          point_product)
+from tcert.checker.exact_products import (MAX_BLOCK, MIN_EXP, Exact, ExactInterval, Slices, _line_top, _require, _scaled, bits_for,
+                                          cut_cols, cut_rows, exact_matrix, point_product)
 from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
 
 
@@ -564,3 +564,46 @@ def quadratic_rows(y, ends):
     bits = bits_for(terms.shape[1])
     total = point_product(cut_rows(terms, bits), cut_cols(np.ones((terms.shape[1], 1)), bits))
     return float_bounds(total)[1].ravel()
+
+
+def leading_maxima(x, w, backend, groups: int):
+    """`leading_digit_maxima` of the IMat x held natively as a ball matrix and the point IMat w; None
+    when x is no ball (mpmath has none), w no point, or the rows do not split into `groups` blocks."""
+    ball = backend._native_ball(x.data) if x.ends is None and x.shape[0] % groups == 0 else None
+    return None if ball is None or not is_point(w) else leading_digit_maxima(*ball, w.ends[0][0], groups)
+
+
+def leading_digit_maxima(mid, r, w, groups: int):
+    """Per block g of `groups` equal blocks of rows and per column j: float64 arrays (P, S) (groups x
+    columns) with (X w)_tj <= P_gj + S_gj for every row t of block g and every X with |X - mid| <= r
+    entrywise (mid: a tuple of float64 parts, their exact sum; r >= 0), w a float64 matrix (k x n) of
+    exact values; from one exact product of leading digits, the rest bounded by magnitudes (a screen: S
+    is about 2^(log2 k - b) of the rows' and columns' scales); None when an exponent leaves the range.
+
+    With |mid[0]_tl| < 2^a_t and |w_lj| < 2^c_j (frexp of row / column maxima), u = trunc(mid[0] 2^(b - a_t))
+    and v = trunc(w 2^(b - c_j)) are integers below 2^b (scaling by a power of two is exact unless the
+    result is subnormal, and then below 1, so trunc gives 0 as for the exact value). With k 2^(2b) <= 2^53
+    (b = bits_for(k)) every product and partial sum of Z = u @ v is an integer below 2^53: the float64
+    product is exact, and u'_t . v'_j = Z_tj 2^(a_t + c_j - 2b) for u' = u 2^(a_t - b), v' = v 2^(c_j - b),
+    exact in float64 when that exponent is >= -1074 and the result finite (else None). The rest, per entry:
+    |X - u'| <= |mid[0] - u'| + sum_(i>0) |mid[i]| + r < K 2^mu_t (K = len(mid) + 1 terms, each below 2^mu_t,
+    mu_t the largest of a_t - b and the row tops of the other parts and of r), |w - v'| < 2^(c_j - b) and
+    |u'| <= |mid[0]| < 2^a_t, so |(X w)_tj - u'_t . v'_j| <= sum_l |X - u'|_tl |w_lj| + |u'_tl| |w - v'|_lj
+    < k 2^c_j (K 2^mu_t + 2^(a_t - b)) <= 2^(L + mu_t + c_j) with 2^L >= k (K + 1). So P_gj = max_(t in g)
+    Z_tj 2^(a_t + c_j - 2b) and S_gj = 2^(L + max_(t in g) mu_t + c_j) (raised to 2^-1074 at least)."""
+    if not (mid[0].size and w.size):
+        return None
+    k, b = w.shape[0], bits_for(w.shape[0])
+    _require(k <= MAX_BLOCK and k << 2 * b <= 1 << 53, "leading digits: k 2^(2b) > 2^53")
+    a = _row_top([mid[0]])
+    c = np.frexp(np.abs(w).max(axis=0, initial=0.0))[1].astype(np.int64)
+    u, v = np.trunc(_scaled(mid[0], b - a, 0)), np.trunc(_scaled(w, b - c, 1))
+    _require(np.abs(u).max(initial=0) < 2.0 ** b and np.abs(v).max(initial=0) < 2.0 ** b, "leading digits: a digit >= 2^b")
+    mu = np.maximum(a - b, _row_top(list(mid[1:]) + [r]))
+    L = (k * (len(mid) + 2) - 1).bit_length()
+    e = a[:, None] + c[None, :] - 2 * b
+    if e.min() < MIN_EXP or e.max() > 1023 - 53 or L + mu.max() + c.max() > 1023:
+        return None
+    z = np.ldexp(u @ v, e).reshape(groups, -1, w.shape[1])
+    top = mu.reshape(groups, -1).max(axis=1)
+    return z.max(axis=1), np.ldexp(1.0, np.maximum(L + top[:, None] + c[None, :], MIN_EXP))

@@ -32,6 +32,10 @@ from tcert.generator.overwhelm.tables import FloatModel, float_tables, round_dow
 from tcert.generator.prediction import prediction_claim
 
 FLOAT_SLACK = 2.0 ** -30
+# The lp duals are repaired against the checker's certified cost bounds moved by this relative margin, so a
+# certificate keeps verifying when a later checker encloses the same costs a few bits differently (without
+# it the repaired duals are tight to one ulp and any change of the checker's arithmetic rejects them).
+RIGOROUS_MARGIN = Fraction(1, 1 << 40)
 TIGHT_AUTO_LIMIT = 1 << 16     # d_vocab * d_model up to which "auto" hints are tight
 
 
@@ -162,12 +166,19 @@ def lp_dual_hint(lp: LpHints, h: int, amin: float, amax: float, rig):
 
 def cost_bounds(C, rig_costs, sense: str):
     """The costs the duals must be feasible against: the worse of both backends' exact bounds (lower for
-    min, upper for max), or the float costs shrunk (min) / grown (max) by FLOAT_SLACK."""
+    min, upper for max) moved outward by RIGOROUS_MARGIN, or the float costs shrunk (min) / grown (max) by
+    FLOAT_SLACK."""
     if rig_costs is None:
         return (C * ((1 - FLOAT_SLACK) if sense == "min" else (1 + FLOAT_SLACK))).tolist()
     side, pick = (0, min) if sense == "min" else (1, max)
     n = len(C)
-    return [[pick(cs[side][i][j] for cs in rig_costs) for j in range(n)] for i in range(n)]
+    return [[margin(pick(Fraction(cs[side][i][j]) for cs in rig_costs), sense) for j in range(n)] for i in range(n)]
+
+
+def margin(x: Fraction, sense: str) -> Fraction:
+    """x moved by RIGOROUS_MARGIN of |x| toward the side the duals must stay on: down for min, up for max."""
+    step = abs(x) * RIGOROUS_MARGIN
+    return x - step if sense == "min" else x + step
 
 
 def float_deviation(fm: FloatModel, tables, beta, mode):

@@ -82,6 +82,29 @@ def test_shipped_claim_is_true_exhaustively(shipped):
     assert ok and gap > 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lp_duals_survive_a_slightly_weaker_checker(shipped, backend, monkeypatch):
+    """The generator repairs the lp duals against the certified costs moved outward by 2^-40 relative
+    (generator RIGOROUS_MARGIN), so the shipped certificate still verifies when a checker's cost bounds are
+    2^-50 weaker (a change of the checker's arithmetic, not of the model); 2^-30 weaker rejects it under
+    the LP's dual feasibility, so the test would fail on duals tight to one ulp and on a margin that is
+    ignored."""
+    import tcert.checker.kinds.overwhelm.naive_lp as kind
+    model, cert = shipped
+
+    def weaker(by):
+        def costs(B, hd, multiset):
+            lo, hi = lp_costs(B, hd, multiset)
+            return ([[x * (1 - by) for x in row] for row in lo], [[x * (1 + by) for x in row] for row in hi])
+        return costs
+
+    monkeypatch.setattr(kind, "lp_costs", weaker(Fraction(1, 1 << 50)))
+    assert run_check(model, cert, backend) is not None
+    monkeypatch.setattr(kind, "lp_costs", weaker(Fraction(1, 1 << 30)))
+    with pytest.raises(Rejected, match="dual feasibility"):
+        run_check(model, cert, backend)
+
+
 def test_shipped_needs_the_lp(shipped):
     """On the shipped example the naive bound is Inconclusive, the LP bound Overwhelmed."""
     model, cert = shipped

@@ -203,7 +203,14 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # refine.key_bounds_int64 reads the derived sets' array for every token at once; screen_tables' e mantissas by
 # rows.shifted_each (accuracy -2). cubic_sets by blocks of max tokens (SETS_CHUNK) and refused beyond MAX_SETS
 # (bounded memory whatever d_vocab: the sets no longer scale with the certificate) (accuracy +7).
-BUDGETS = {"kernel": 2140, "exact": 909, "prediction": 234, "overwhelm": 728, "accuracy": 1265, "influence": 1223}
+# overwhelm tight's cheap bound screened by one exact product of leading digits (exact_backend.leading_maxima /
+# leading_digit_maxima: 22-bit digits of the ball's midpoint and of W_U - W_U[:, k], the rest bounded by
+# magnitudes as powers of two) instead of the full 280 x 512 x 30522 ball product, which now runs only on the
+# columns the screen leaves undecided or near the worst bound (tight.py screened_sums / near_worst /
+# product_bounds, +23): exact +20; tight's Dinkelbach c_hj from one product of the stacked EVO rows (head_blocks,
+# replacing the per-head M_w rows) +4 and sigma_hi's row norms from one call over the stacked rows +2, the float
+# estimates that choose the near-worst columns kept finite-safe (tight.estimate, errstate) +7: overwhelm +36.
+BUDGETS = {"kernel": 2140, "exact": 929, "prediction": 234, "overwhelm": 764, "accuracy": 1265, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -80,13 +80,16 @@ def sq_norms_upper(B, X) -> list:
     return [max(B.upper(r[0]), Fraction(0)) for r in (C.map(lambda x: x * x) @ ones).rows()]
 
 
-def residual_sq_upper(B, cfg, Pf, evo: list, beta: list, cross: Fraction):
+def residual_sq_upper(B, cfg, Pf, evo_all, beta: list, cross: Fraction):
     """(N2, |P f|^2 bound, S): N2 >= |P r|^2 for every reachable residual r. With Pf = P f (1 x d), S =
-    sum_h beta_max_h max_t |P EVO_h(t)| >= |P r - P f| and cross >= max over T of P f . (r - f) (certified
-    by the caller), N2 = min((|P f| + S)^2, |P f|^2 + 2 cross + S^2)."""
+    sum_h beta_max_h max_t |P EVO_h(t)| >= |P r - P f| (evo_all: the heads' EVO rows stacked by head) and
+    cross >= max over T of P f . (r - f) (certified by the caller), N2 = min((|P f| + S)^2, |P f|^2 +
+    2 cross + S^2)."""
     ones = B.array(np.ones((cfg.d_model, 1)))
     pf2 = max(B.upper((Pf.map(lambda x: x * x) @ ones).rows()[0][0]), Fraction(0))
-    S = sum((bmax * sqrt_upper(B, max(sq_norms_upper(B, E))) for E, (_, bmax) in zip(evo, beta)), Fraction(0))
+    sq = sq_norms_upper(B, evo_all)
+    n = len(sq) // len(beta)
+    S = sum((bmax * sqrt_upper(B, max(sq[h * n:(h + 1) * n])) for h, (_, bmax) in enumerate(beta)), Fraction(0))
     return min((sqrt_upper(B, pf2) + S) ** 2, pf2 + 2 * cross + S * S), pf2, S
 
 

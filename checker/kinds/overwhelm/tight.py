@@ -58,11 +58,11 @@ class TightTables(namedtuple("TightTables", "heads b evo evo_all beta rows")):
     the naive beta bounds, and `rows`, the allowed-token index of each multiset entry (None for any)."""
 
 
-class LogitGap(namedtuple("LogitGap", "fixed offsets sigma_lo sigma_hi evo evo_all Wd f")):
+class LogitGap(namedtuple("LogitGap", "fixed offsets sigma_lo sigma_hi evo_all Wd f")):
     """logit_j - logit_k in terms of the free terms: the fixed parts F_j (upper bounds), the offsets e_j
-    and sigma range (0 and [1, 1] without a final LN), the centred EVO rows mapped to the space where
-    their dot product with d_j is the linear part (times M_w with a final LN), W_U - W_U[:, k] (Wd) and
-    the fixed residual f."""
+    and sigma range (0 and [1, 1] without a final LN), the centred EVO rows of all heads (stacked) mapped
+    to the space where their dot product with d_j is the linear part (times M_w with a final LN),
+    W_U - W_U[:, k] (Wd) and the fixed residual f."""
 
     def bound(self, U: Fraction, j: int) -> Fraction:
         """The bound on logit_j - logit_k from an upper bound U of its linear part."""
@@ -84,7 +84,7 @@ def check_tight(model, q: Question, evidence, B, ob, place: Place) -> None:
         gap = logit_gap(B, model, W, tables, q, fl)
     if fl is not None:
         check_sigma_range(B, cfg, tables, gap, fl, ob, title)
-    worst = check_cheap_bound(B, cfg, tables, gap, exact, q.predicted, ob, title)
+    worst = check_cheap_bound(B, model, tables, gap, exact, q.predicted, ob, title)
     check_lambdas(B, model, tables, gap, exact, q.predicted, ob, title)
     worst = check_exact_bounds(gap, exact, worst, fl is not None, ob, title)
     fln = "" if fl is None else f"; final LN sigma in [{show(gap.sigma_lo)}, {show(gap.sigma_hi)}]"
@@ -212,11 +212,11 @@ def logit_gap(B, model, W, tables: TightTables, q: Question, fl) -> LogitGap:
     if fl is None:   # logit_j - logit_k = F_j + sum_h R_hj: sigma = 1, e = 0
         bU = W.vec("unembed.b_U")
         fixed = [B.upper(x + bU[j] - bU[k]) for j, x in enumerate((f @ Wd).rows()[0])]
-        return LogitGap(fixed, [Fraction(0)] * cfg.d_vocab, Fraction(1), Fraction(1), tables.evo, tables.evo_all, Wd, f)
+        return LogitGap(fixed, [Fraction(0)] * cfg.d_vocab, Fraction(1), Fraction(1), tables.evo_all, Wd, f)
     w = model.tensors["ln_final.w"]
     fixed = [B.upper(x) for x in (final_ln.centred(B, f, w) @ Wd).rows()[0]]
     return LogitGap(fixed, final_ln.offsets(B, W, k, Wd), fl["sigma_lo"], fl["sigma_hi"],
-                    [final_ln.centred(B, E, w) for E in tables.evo], final_ln.centred(B, tables.evo_all, w), Wd, f)
+                    final_ln.centred(B, tables.evo_all, w), Wd, f)
 
 
 def check_sigma_range(B, cfg, tables: TightTables, gap: LogitGap, fl: dict, ob, title: str) -> None:
@@ -227,7 +227,7 @@ def check_sigma_range(B, cfg, tables: TightTables, gap: LogitGap, fl: dict, ob, 
         cross = direction_bound(B, tables, Pf.T, fl["cross_term"], "P f", ob)
         fig["max of P f . (r - f)"] = cross
     with ob.step(f"{title}: final LN sigma_hi") as fig:
-        N2, pf2, S = final_ln.residual_sq_upper(B, cfg, Pf, tables.evo, tables.beta, cross)
+        N2, pf2, S = final_ln.residual_sq_upper(B, cfg, Pf, tables.evo_all, tables.beta, cross)
         need, s_hi = N2 / cfg.d_model + cfg.eps, gap.sigma_hi
         fig["sigma^2 upper bound"] = need
         ob.require(s_hi > 0 and s_hi * s_hi >= need, f"sigma_hi = {show(s_hi)} is not > 0 with sigma_hi^2 >= "
@@ -265,28 +265,82 @@ def top(beta, x: Fraction) -> Fraction:
     return beta[1] * x if x >= 0 else beta[0] * x
 
 
-def check_cheap_bound(B, cfg, tables: TightTables, gap: LogitGap, exact: dict, k: int, ob, title: str):
+def check_cheap_bound(B, model, tables: TightTables, gap: LogitGap, exact: dict, k: int, ob, title: str):
     """Every competitor not listed for the exact bound passes the cheap bound (value extremes x beta);
-    returns the worst of their bounds (None if every competitor is listed). The free terms' sum comes
-    from `free_sums_upper` where the extremes are float64 arrays; a competitor whose bound from it is not
-    < 0, and every one without it, gets the exact Fraction sum, so a rejection is the exact rule's."""
+    returns the worst of their bounds (None if every competitor is listed). Every competitor's bound comes
+    first from the leading-digit screen (`screened_sums`); the full product (`product_bounds`) then runs
+    on the columns of the competitors not listed whose screened bound is not < 0 or may be the worst
+    (`near_worst`, so the figure is the product's), or on every column where the screen does not apply.
+    Each competitor keeps the least of its certified bounds, so a rejection is the exact rule's."""
+    V = model.config.d_vocab
     with ob.step(f"{title}: cheap bound") as fig:
-        his = [hi for _, hi in (gap.evo_all @ gap.Wd).col_extremes(cfg.n_heads)]
-        rest = [j for j in range(cfg.d_vocab) if j != k and j not in exact]
-        sums = free_sums_upper(B, tables.beta, his) if all(isinstance(hi, tuple) for hi in his) else None
-        cheap = {} if sums is None else {j: gap.bound(gap.fixed[j] + sums[j], j) for j in range(cfg.d_vocab)}
-        unsure = [j for j in rest if cheap.get(j, 0) >= 0]
-        if unsure:
-            his = [exact_backend.fractions(hi) for hi in his]
-            for j in unsure:
-                cheap[j] = gap.bound(gap.fixed[j] + sum(top(b, hi[j]) for b, hi in zip(tables.beta, his)), j)
+        rest = [j for j in range(V) if j != k and j not in exact]
+        screen = screened_sums(B, model.config, tables, gap)
+        cheap = {} if screen is None else {j: gap.bound(gap.fixed[j] + s, j) for j, s in enumerate(screen[0])}
+        cols = list(range(V)) if screen is None else near_worst(cheap, screen[1], rest)
+        for j, bound in (product_bounds(B, model, tables, gap, k, cols, set(rest)) if cols else {}).items():
+            cheap[j] = min(cheap[j], bound) if j in cheap else bound
         failing = [j for j in rest if cheap[j] >= 0]
         if failing:
             raise Rejected("", f"competitor {failing[0]} is not listed for the exact bound and its cheap bound "
                                f"{show(cheap[failing[0]])} is not < 0 ({len(failing)} such competitors)")
         worst = fig["worst cheap bound"] = max((cheap[j] for j in rest), default=None)
         fig["competitors by cheap bound"] = len(rest)
+        fig["competitors by the full product"] = len(cols)
     return worst
+
+
+def screened_sums(B, cfg, tables: TightTables, gap: LogitGap):
+    """(sums, slack): per competitor j an upper bound (Fraction) of sum_h top(beta_h, max_t c_hj(t)) from
+    the leading digits of the EVO rows and of W_U - W_U[:, k] (`exact_backend.leading_maxima`: max_t
+    c_hj(t) <= P_hj + S_hj, S_hj >= 0), and a float estimate of how far its bound may lie above the full
+    product's (2 sum_h beta_max_h S_hj / sigma_lo); None where the screen does not apply. top_h(x) =
+    max(beta_min x, beta_max x) is nondecreasing and sublinear (a maximum of linear maps), so top(P + S)
+    <= top(P) + top(S): the pairs enter `free_sums_upper` as single-part extremes (P, 0) and (S, 0) of the
+    same head (for them q1 is the value, so its sign is the value's)."""
+    screen = exact_backend.leading_maxima(gap.evo_all, gap.Wd, B, cfg.n_heads)
+    if screen is None:
+        return None
+    zero = np.zeros(screen[0].shape[1])
+    sums = free_sums_upper(B, tables.beta * 2, [(row, zero) for part in screen for row in part])
+    with np.errstate(all="ignore"):     # an estimate only: inf or nan sends more columns to the product
+        return sums, 2 * np.array([estimate(b) for _, b in tables.beta]) @ screen[1] / estimate(gap.sigma_lo)
+
+
+def near_worst(cheap: dict, slack, rest: list) -> list:
+    """The competitors in `rest` whose screened bound is not < 0 or within its slack of the worst one,
+    chosen by float estimates: only the figure's tightness rests on the choice (every bound is certified)."""
+    est = np.array([estimate(cheap[j]) for j in rest])
+    if not est.size:
+        return []
+    with np.errstate(all="ignore"):
+        floor = np.nan_to_num((est - slack[rest]).max(), nan=-np.inf)
+        return [j for j, x in zip(rest, est) if not x < floor - 2.0 ** -20 * abs(floor) or x >= 0]
+
+
+def estimate(x: Fraction) -> float:
+    """x as a float for choosing work (never for a verdict); +-inf beyond the float range."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def product_bounds(B, model, tables: TightTables, gap: LogitGap, k: int, cols: list, rest: set) -> dict:
+    """{j: cheap bound} for the competitors `cols` from the product of the EVO rows with their columns of
+    W_U - W_U[:, k]: the free terms' sum from `free_sums_upper` where the extremes are float64 arrays; a
+    competitor in `rest` whose bound from it is not < 0, and every one without it, gets the exact
+    Fraction sum."""
+    Wd = gap.Wd if len(cols) == model.config.d_vocab else diff_unembed(B, model, k, cols)
+    his = [hi for _, hi in (gap.evo_all @ Wd).col_extremes(model.config.n_heads)]
+    sums = free_sums_upper(B, tables.beta, his) if all(isinstance(hi, tuple) for hi in his) else None
+    cheap = {} if sums is None else {j: gap.bound(gap.fixed[j] + s, j) for j, s in zip(cols, sums)}
+    unsure = [n for n, j in enumerate(cols) if j in rest and cheap.get(j, 0) >= 0]
+    if unsure:
+        his = [exact_backend.fractions(hi) for hi in his]
+        for n in unsure:
+            cheap[cols[n]] = gap.bound(gap.fixed[cols[n]] + sum(top(b, hi[n]) for b, hi in zip(tables.beta, his)), cols[n])
+    return cheap
 
 
 def free_sums_upper(B, beta: list, his: list) -> list:
@@ -305,25 +359,33 @@ def free_sums_upper(B, beta: list, his: list) -> list:
 
 def check_lambdas(B, model, tables: TightTables, gap: LogitGap, exact: dict, k: int, ob, title: str) -> None:
     """Each listed competitor's lambdas pass the Dinkelbach inequality of every head: the separable
-    bound for those without duals (one matrix product per head), the assignment duals for the rest."""
+    bound for those without duals (one matrix product per head), the assignment duals for the rest (c_hj
+    for all heads from one product of the stacked EVO rows)."""
     sel = sorted(exact)
     sep = [j for j in sel if exact[j][1] is None]
     dual = [j for j in sel if exact[j][1] is not None]
     with ob.step(f"{title}: Dinkelbach inequalities") as fig:
         fig["competitors by exact bound"], fig["competitors with assignment duals"] = len(sel), len(dual)
-        Wsep = diff_unembed(B, model, k, sep) if sep else None
-        Wdual = diff_unembed(B, model, k, dual) if dual else None
+        Csep, Cdual = (head_blocks(gap.evo_all @ diff_unembed(B, model, k, js), len(tables.heads)) if js else None
+                       for js in (sep, dual))
         for h, hd in enumerate(tables.heads):
             if sep:
                 lams = [exact[j][0][h] for j in sep]
-                for j, lam, excess in zip(sep, lams, separable_excess(B, hd, tables.b[h], gap.evo[h] @ Wsep, lams)):
+                for j, lam, excess in zip(sep, lams, separable_excess(B, hd, tables.b[h], B.matrix(Csep[h]), lams)):
                     require_dinkelbach(ob, excess, lam, f"head {h}, competitor {j}")
             if dual:
-                Cd = (gap.evo[h] @ Wdual).rows()
+                Cd = Cdual[h]
                 for n, j in enumerate(dual):
                     label, lam, c = f"head {h}, competitor {j}", exact[j][0][h], [row[n] for row in Cd]
                     excess = assignment_excess(B, hd, tables.b[h], c, lam, tables.rows, exact[j][1][h], label)
                     require_dinkelbach(ob, excess, lam, label)
+
+
+def head_blocks(M, heads: int) -> list:
+    """The rows of M (the heads' rows stacked, as evo_all) as one list of rows per head."""
+    rows = M.rows()
+    n = len(rows) // heads
+    return [rows[h * n:(h + 1) * n] for h in range(heads)]
 
 
 def check_exact_bounds(gap: LogitGap, exact: dict, worst, with_ln: bool, ob, title: str):
