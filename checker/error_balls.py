@@ -80,11 +80,11 @@ def _dyadic(x: Fraction):
     return (x.numerator, d.bit_length() - 1) if d & (d - 1) == 0 else None
 
 
-def up_affine(xs: list, ys: list, a: Fraction = Fraction(1), c: Fraction = Fraction(0)) -> list:
-    """[up(a x + y + c) for x, y in zip(xs, ys)], the same values, in integers where every term is dyadic."""
+def up_affine(xs: list, ys: list, a: Fraction = Fraction(1), c: Fraction = Fraction(0), split=None) -> list:
+    """[up(a x + y + c) for x, y in zip(xs, ys)], the same values, in integers where every term is dyadic
+    (`split`: the lists [_dyadic(x)], [_dyadic(y)] when the caller has them, e.g. for several a)."""
     fixed, out = [_dyadic(Fraction(v)) for v in (a, c)], []
-    for x, y in zip(xs, ys):
-        dx, dy = _dyadic(x), _dyadic(y)
+    for x, y, dx, dy in zip(xs, ys, *(split or ([_dyadic(x) for x in xs], [_dyadic(y) for y in ys]))):
         if None in (dx, dy, *fixed):
             out.append(up(a * x + y + c))
             continue
@@ -190,11 +190,11 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     if out is None:
         return None
     (c1, c2), radius = out
-    dh = c1.shape[1] // len(norms)
+    dh, split = c1.shape[1] // len(norms), ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
     heads = []
     for h, n in enumerate(norms):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
-        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n)))
+        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n, split=split)))
     return heads
 
 
@@ -398,9 +398,13 @@ def softmax(B: Backend, scores: list) -> list:
     return [x / total for x in e]
 
 
-def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list) -> Rows:
+def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list, fine: Backend | None = None) -> Rows:
     """One attention head: z_i = sum_(r < visible[i]) a_ir v_r, a_i = softmax_r(q_i . k_r / div), as error
-    balls, from error balls of its queries q, keys k and values v (div > 0 an enclosure).
+    balls, from error balls of its queries q, keys k and values v (div > 0 an enclosure). With `fine` (a
+    backend at a higher precision, used where the exact layer is on: `fine_heads`), the scores leave their
+    exact product at that precision and the softmax, P V and the bounds run there; the centre leaves as two
+    float64 parts (`_near_ball`, its distance joining the radius), so the 64-bit roundings of softmax and P V
+    no longer dominate the keys' and values' radii.
 
     Bound. Scores: with q = q^ + dq, k = k^ + dk, |q.k - q^.k^| <= |dq| |k^| + |q^| |dk| + |dq| |dk|, so every
     exact score of row i is within delta_i = (eq_i max|k^| + (|q^_i| + eq_i) max ek) / div + (the score
@@ -412,26 +416,53 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list) -> Ro
     <= delta sqrt(sum_r a_r(t) |v^_r - c|^2) for any c (the weighted mean minimises it) <= delta e^delta
     sqrt(sum_r a_r |v^_r - c|^2) (a_r(t) <= e^(2 delta) a_r), with c the new centre; and (hull) z(s) and
     the centre differ by at most max_r |v^_r - c|. The smallest of these is used."""
-    div_lo, n = B.lower(div), k.centre.shape[0]
-    S, s_rad = B.centres((q.centre @ k.centre.T).scale(1 / div))
+    F, div_lo, n = fine or B, B.lower(div), k.centre.shape[0]
+    scores = q.centre @ k.centre.T
     q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
     v_up, v_sq = row_sq_uppers(B, v.centre)
-    v_sq = v_sq or [B.num(x) for x in v_up]
     k_max, v_max = sqrt_up(max(row_sq_uppers(B, k.centre)[0])), sqrt_up(max(v_up))
-    ek, ev, zero = max(k.eps), max(v.eps), B.num(0)
-    P = B.matrix([softmax(B, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
-    Z = P @ v.centre
-    C, z_rad = B.centres(Z)
-    spread_terms = (P @ B.matrix([[x] for x in v_sq])).rows()
-    errs = []
-    for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
-        c_sq = B.dot(c, c)
-        spread = max(B.upper(spread_terms[i][0] - 2 * B.dot(c, z) + c_sq), Fraction(0))
-        delta = up((q.eps[i] * k_max + (q_norm[i] + q.eps[i]) * ek) / div_lo + s_rad[i])
-        hull = v_max + sqrt_up(B.upper(c_sq))
-        move = softmax_move(B, delta, v_max, spread)
-        errs.append(up(ev + (hull if move is None else min(hull, z_rad[i] + move))))
-    return Rows(C, errs)
+    ek, ev = max(k.eps), max(v.eps)
+    with F.precision():
+        S, s_rad = F.centres(moved(F, scores).scale(1 / div))
+        v_sq, zero = v_sq or [F.num(x) for x in v_up], F.num(0)
+        P = F.matrix([softmax(F, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
+        Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
+        C, z_rad = F.centres(Z)
+        spread_terms = (P @ F.matrix([[x] for x in v_sq])).rows()
+        errs = []
+        for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
+            c_sq = F.dot(c, c)
+            spread = max(F.upper(spread_terms[i][0] - 2 * F.dot(c, z) + c_sq), Fraction(0))
+            delta = up((q.eps[i] * k_max + (q_norm[i] + q.eps[i]) * ek) / div_lo + s_rad[i])
+            hull = v_max + sqrt_up(F.upper(c_sq))
+            move = softmax_move(F, delta, v_max, spread)
+            errs.append(ev + (hull if move is None else min(hull, z_rad[i] + move)))
+        near = F._near_ball(C.data) if fine is not None else None
+    if near is None:
+        return Rows(C, [up(e) for e in errs])
+    parts, dist = near      # |c_ij - (p1 + p2)_ij| <= dist_ij: the row's l2 distance joins its radius
+    errs = [up(e + sqrt_up(sum((Fraction(x) ** 2 for x in row), Fraction(0)))) for e, row in zip(errs, dist.tolist())]
+    return Rows(IMat(B, None, C.shape, (parts, parts)), errs)
+
+
+def pattern_times_values(F: Backend, P: IMat, V: IMat) -> IMat:
+    """P V at F for the pattern P (F's balls) and values V: by the exact layer where V is a point of float64
+    parts and P's balls lie within d of float64 parts (`exact_backend.near_times_parts`), else F's product."""
+    near, parts = F._near_ball(P.data), exact_backend.multi_point(V)
+    ends = exact_backend.near_times_parts(near, parts) if near is not None and parts is not None else None
+    return IMat(F, None, (P.shape[0], V.shape[1]), ends) if ends is not None else P @ moved(F, V)
+
+
+def moved(F: Backend, M: IMat) -> IMat:
+    """The IMat M (of another backend) as one of backend F: its float64 ends, or its native entries (the
+    same values; F's operations on them run at F's precision)."""
+    return IMat(F, None, M.shape, M.ends) if M.ends is not None else IMat(F, M.data, M.shape)
+
+
+def fine_heads(B: Backend):
+    """The backend at twice B's precision that `head_output` runs softmax and P V on where the exact layer is
+    on (its centres leave as float64 parts), else None (everything at B's precision)."""
+    return make_backend(B.name, 2 * B.prec) if B.exact and B.prec <= EXACT_MAX_PREC else None
 
 
 def softmax_move(B: Backend, delta: Fraction, v_max: Fraction, spread: Fraction):
@@ -446,11 +477,16 @@ def softmax_move(B: Backend, delta: Fraction, v_max: Fraction, spread: Fraction)
 def heads_output(B: Backend, heads: list, W: IMat, norm: Fraction, head_norms: list, bias=None) -> Rows:
     """sum_h z_h @ W_h + b (the heads' outputs through the point matrices W_h stacked in W): the error of
     row i is <= min(||W||_2 sqrt(sum_h e_hi^2), sum_h ||W_h||_2 e_hi)."""
-    per_head = [h.centre.rows() for h in heads]
-    rows = [sum((r[i] for r in per_head), []) for i in range(len(per_head[0]))]
     errs = [min(norm * sqrt_up(sum(e * e for e in es)), sum(hn * e for hn, e in zip(head_norms, es)))
             for es in zip(*(h.eps for h in heads))]
-    return recentre(B, with_bias(B, B.matrix(rows) @ W, bias), errs)
+    parts = [exact_backend.multi_point(h.centre) for h in heads]
+    if all(p is not None and len(p) == len(parts[0]) for p in parts):   # float64 parts: side by side, exact
+        side = tuple(np.hstack([p[i] for p in parts]) for i in range(len(parts[0])))
+        Z = IMat(B, None, (len(errs), side[0].shape[1]), (side, side))
+    else:
+        per_head = [h.centre.rows() for h in heads]
+        Z = B.matrix([sum((r[i] for r in per_head), []) for i in range(len(per_head[0]))])
+    return recentre(B, with_bias(B, Z @ W, bias), errs)
 
 
 def enclosures(B: Backend, X: Rows) -> list:

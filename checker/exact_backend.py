@@ -128,8 +128,13 @@ def product(a, b, backend):
         exact = _times_point(a, b, False, bits, backend)
     else:             # (A X)^T = X^T A^T: the point factor on the right
         exact = _times_point(b, a, True, bits, backend)
-    if exact is None:
-        return None
+    return None if exact is None else leave(exact)
+
+
+def leave(exact):
+    """The ends (lo, hi) of an Exact(Interval), rounded outward once: two float64 parts per end
+    (`split_bounds`), or one (`float_bounds`) where the parts would leave the float range; None where an
+    end is not finite."""
     ends = split_bounds(exact)
     if ends is None:
         lo, hi = float_bounds(exact)
@@ -232,6 +237,15 @@ def times_parts(a, parts, backend):
     if ball is None:
         return None
     return balls_times_points(ball[0], ball[1], wholes, _cut_parts(parts, bits, True))
+
+
+def near_times_parts(near, parts):
+    """The ends of M W over every M within d of the point m entrywise (near = (m, d): float64 parts and
+    distances, as `Backend._near_ball` gives them), for W the point of float64 `parts`: `balls_times_points`
+    (midpoint-radius), leaving as `product` does; None where a value leaves the float range."""
+    bits = bits_for(parts[0].shape[0])
+    out = balls_times_points(near[0], near[1], _cut_parts(parts, bits), _cut_parts(parts, bits, True))
+    return None if out is None else leave(out)
 
 
 def parts_times_point(parts, whole, top=None):

@@ -424,22 +424,30 @@ def to_mpf_rows(bounds) -> list:
     return [list(zip(a[i:i + n], b[i:i + n])) for i in range(0, len(a), n)] if n else [[] for _ in lo[0]]
 
 
-TRIM_BITS = 24     # a centre's second part keeps this many significant bits (`trimmed`)
+TRIM_BELOW = 84   # a centre keeps its bits at or above 2^(row top - TRIM_BELOW) (`trimmed`): 4 digits of 21 bits
 
 
 def trimmed(parts, sq):
-    """(p1, p2') and sq': the two-part centre with p2 cut to TRIM_BITS significant bits (fewer digits for
-    every later product), each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) max |p2 - p2'|)^2
-    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots). The cut is
-    exact: frexp, a scaling by 2^TRIM_BITS, trunc and the scaling back, where p2's exponent is above -1000
-    (below it p2 is kept: nothing is dropped); p2 - p2' is p2's dropped low bits, a float, so exact."""
+    """(p1', p2') and sq': the two-part centre cut to its bits at or above 2^(t_i - TRIM_BELOW) on each row i
+    (|p1| < 2^t_i on the row), so every later product needs at most ceil(TRIM_BELOW / bits) digits per row;
+    each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) (max |p1 - p1'| + max |p2 - p2'|))^2
+    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots), where each
+    dropped part is below 2^(t_i - TRIM_BELOW). The cut is exact: y = p 2^s_i (s_i = TRIM_BELOW - t_i; rows
+    with |s_i| > 1000 or s_i = 0 are kept whole) is exact where it is normal (|y| < 2^TRIM_BELOW: no
+    overflow), and where it is not, |y| < 2^-1022 and trunc gives 0 from y or its rounding alike; trunc(y)
+    is a float holding an integer, times 2^-s_i >= 2^-1000 exactly (its lowest bit >= 1); p - p' is p's
+    dropped low bits, a float, so exact."""
     p1, p2 = parts
-    frac, e = np.frexp(p2)
-    keep = np.where(e > -1000, np.ldexp(np.trunc(np.ldexp(frac, TRIM_BITS)), e - TRIM_BITS), p2)
-    drop = np.abs(p2 - keep).max(axis=1, initial=0.0).tolist()
-    n = p2.shape[1]
-    pairs = [(m, q) for m, q in (d.as_integer_ratio() for d in drop)]
-    return (p1, keep), [(s, Fraction(n * m * m, q * q)) for s, (m, q) in zip(sq, pairs)]
+    top = np.frexp(np.abs(p1).max(axis=1, initial=0.0))[1].astype(np.int64)
+    shift = np.where(np.abs(TRIM_BELOW - top) <= 1000, TRIM_BELOW - top, 0)[:, None]
+    up, down = np.ldexp(1.0, shift), np.ldexp(1.0, -shift)
+    keep = [np.where(shift != 0, np.trunc(p * up) * down, p) for p in (p1, p2)]
+    drop = [np.abs(p - k).max(axis=1, initial=0.0).tolist() for p, k in zip((p1, p2), keep)]
+    n, out = p2.shape[1], []
+    for s, a, b in zip(sq, *drop):      # n (a + b)^2 as one Fraction: a = m1 / q1, b = m2 / q2 exactly
+        (m1, q1), (m2, q2) = a.as_integer_ratio(), b.as_integer_ratio()
+        out.append((s, Fraction(n * (m1 * q2 + m2 * q1) ** 2, (q1 * q2) ** 2)))
+    return tuple(keep), out
 
 
 def row_integers(x: Exact, row: int = 0):

@@ -18,8 +18,8 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import operator_norms
-from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, gated, head_output, heads_output, linear,
-                                       linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, take)
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output,
+                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, take)
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
@@ -297,9 +297,11 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     if cfg.rotary:
         qs = rotated(B, qs, angles, list(queries))
         ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])))
-    n, div = ks[0].centre.shape[0], attn_divisor(B, cfg)
+    n, fine = ks[0].centre.shape[0], fine_heads(B)
+    with (fine or B).precision():
+        div = attn_divisor(fine or B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
-    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible) for h in heads]
+    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
 

@@ -389,3 +389,112 @@ def test_entrywise_sums_of_three_and_four_factors_are_exact(seed, m, n, bits):
                 for f in cols:
                     want *= frac(f, 0, j)
                 assert exact_value(got, i, j) == want
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=SEEDS, eps=EPS, n=st.integers(1, 6), dh=st.integers(1, 4))
+def test_head_output_at_twice_the_precision(seed, eps, n, dh):
+    """The head with softmax and P V at twice the precision (`fine_heads`, an irrational divisor enclosed
+    there): images of perturbed points inside, the centre two float64 parts, every radius <= the 64-bit
+    route's, and without an input radius far below it (2^-20 of it) where the 64-bit route rounds."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    Q, K, V = (point_rows(B, rng, n, dh, eps) for _ in range(3))
+    visible = [i + 1 for i in range(n)]
+    fine = E.fine_heads(B)
+    assert fine is not None and fine.prec == 2 * B.prec
+    with fine.precision():
+        div = fine.sqrt(fine.num(3))
+    with B.precision():
+        out = E.head_output(B, Q, K, V, div, visible, fine)
+        old = E.head_output(B, Q, K, V, B.sqrt(B.num(3)), visible)
+    assert exact_backend.multi_point(out.centre) is not None and len(exact_backend.multi_point(out.centre)) == 2
+    for i in range(n):
+        assert out.eps[i] <= old.eps[i]
+        assert eps or old.eps[i] == 0 or out.eps[i] * 2 ** 20 < old.eps[i]
+        q = perturbed(B, Q, i, eps, rng.standard_normal(dh))
+        Kp = [perturbed(B, K, r, eps, rng.standard_normal(dh)) for r in range(n)]
+        Vp = [perturbed(B, V, r, eps, rng.standard_normal(dh)) for r in range(n)]
+        inside(B, out, i, exact_head(q, Kp, Vp, REF.sqrt(3), visible[i]))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=SEEDS, eps=EPS, heads=st.integers(1, 3), dh=st.integers(1, 3), d=st.integers(1, 5))
+def test_heads_output_on_parts(seed, eps, heads, dh, d):
+    """sum_h z_h W_h + b with every head's centre two float64 parts (side by side, one exact product):
+    images of perturbed points inside, and no radius wider than with the heads' centres as 64-bit points."""
+    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    W = rng.standard_normal((heads * dh, d)).astype(np.float32)
+    b = rng.standard_normal(d).astype(np.float32)
+    balls = [point_rows(B, rng, 2, dh, eps * (h + 1)) for h in range(heads)]
+    norms = (N.operator_norm(W), [N.operator_norm(W[h * dh:(h + 1) * dh]) for h in range(heads)])
+    with B.precision():
+        out = E.heads_output(B, balls, B.array(W), *norms, B.array(b).rows()[0])
+        native = [E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, h)]), h.eps) for h in balls]
+        old = E.heads_output(B, native, B.array(W), *norms, B.array(b).rows()[0])
+    assert exact_backend.multi_point(out.centre) is None      # the sum left the layer as Arb points
+    top = np.linalg.svd(W.astype(np.float64))[0][:, 0]
+    for i in range(2):
+        assert out.eps[i] <= old.eps[i]
+        for v in (rng.standard_normal(heads * dh), top):
+            z = sum((perturbed(B, h_, i, eps * (h + 1), v[h * dh:(h + 1) * dh]) for h, h_ in enumerate(balls)), [])
+            inside(B, out, i, [REF.fsum(z[r] * REF.mpf(float(W[r, j])) for r in range(heads * dh)) + REF.mpf(float(b[j]))
+                               for j in range(d)])
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 3), k=st.integers(1, 9), n=st.integers(1, 5))
+def test_near_times_parts_holds_the_extreme_products(seed, m, k, n):
+    """M W for M within d of the point p (parts) and W a point of two parts: the ends hold the exact
+    products at M = p +- d with the signs of W's column (each entry's extremes), as Fractions."""
+    rng = np.random.default_rng(seed)
+    p = (wide(rng, (m, k)), wide(rng, (m, k)) * 2.0 ** -60)
+    d = np.abs(rng.standard_normal((m, k))) * 2.0 ** -50 * (rng.random((m, k)) < 0.8)
+    W = (rng.standard_normal((k, n)), rng.standard_normal((k, n)) * 2.0 ** -55)
+    lo, hi = exact_backend.near_times_parts((p, d), W)
+    for i in range(m):
+        for j in range(n):
+            w = [frac(W, l, j) for l in range(k)]
+            for sign in (1, -1):
+                y = sum(((frac(p, i, l) + sign * (1 if w[l] >= 0 else -1) * Fraction(float(d[i, l]))) * w[l]
+                         for l in range(k)), Fraction(0))
+                assert frac(lo, i, j) <= y <= frac(hi, i, j)
+
+
+def test_near_times_parts_needs_its_radius():
+    """p = 1, d = 2^-20, W = 1 (k = 3): the corner 3 (1 + 2^-20) is inside the ends, above those of d = 0."""
+    one, W = (np.ones((1, 3)),), (np.ones((3, 1)),)
+    _, hi = exact_backend.near_times_parts((one, np.full((1, 3), 2.0 ** -20)), W)
+    _, hi0 = exact_backend.near_times_parts((one, np.zeros((1, 3))), W)
+    assert frac(hi0, 0, 0) < 3 * (1 + Fraction(1, 2 ** 20)) <= frac(hi, 0, 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), n=st.integers(1, 9))
+def test_trimmed_keeps_the_row_top_bits_and_bounds_what_it_drops(seed, m, n):
+    """`trimmed` (parts with zeros, subnormals, spreads up to 2^+-600): every kept entry is a multiple of
+    2^(t_i - TRIM_BELOW) on its row (|p1| < 2^t_i) unless the row is kept whole, and the kept centre lies
+    within sqrt(n) (max |p1 - p1'| + max |p2 - p2'|) of the old one in l2 (exact Fractions)."""
+    rng = np.random.default_rng(seed)
+    p1 = wide(rng, (m, n))
+    p2 = p1 * 2.0 ** -54 * rng.standard_normal((m, n))
+    sq = [Fraction(int(rng.integers(0, 5)), 2 ** 200) for _ in range(m)]
+    (k1, k2), pairs = exact_rounding.trimmed((p1, p2), sq)
+    for i in range(m):
+        assert pairs[i][0] == sq[i]
+        top = int(np.frexp(np.abs(p1[i]).max(initial=0.0))[1])
+        unit = Fraction(2) ** (top - exact_rounding.TRIM_BELOW)
+        whole = abs(exact_rounding.TRIM_BELOW - top) > 1000 or top == exact_rounding.TRIM_BELOW
+        dist = Fraction(0)
+        for j in range(n):
+            kept = Fraction(float(k1[i, j])) + Fraction(float(k2[i, j]))
+            assert whole or (kept / unit).denominator == 1
+            dist += (Fraction(float(p1[i, j])) + Fraction(float(p2[i, j])) - kept) ** 2
+        assert dist <= pairs[i][1]
+
+
+def test_trimmed_drops_bits_and_counts_them():
+    """A row whose second part reaches below 2^(top - TRIM_BELOW): bits are dropped, and counted."""
+    p1, p2 = np.array([[1.0, 2.0 ** -40]]), np.array([[2.0 ** -60, 2.0 ** -90 + 2.0 ** -130]])
+    (k1, k2), pairs = exact_rounding.trimmed((p1, p2), [Fraction(0)])
+    assert k1[0, 1] == 2.0 ** -40 and k2[0, 0] == 2.0 ** -60 and k2[0, 1] == 0.0
+    assert pairs[0][1] == 2 * (Fraction(2) ** -90 + Fraction(2) ** -130) ** 2     # n max^2, the top 2^1

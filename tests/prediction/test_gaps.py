@@ -1,7 +1,12 @@
 """The logit gaps by the exact layer (checker/kinds/prediction/gaps.py) against exact and 300-bit references.
 
 * The whole pass: on tiny random models of every architecture variant, the gaps of an independent 300-bit
-  forward pass lie inside the `GapTable`'s integer bounds, which are no wider than the entry-by-entry route's.
+  forward pass lie inside the `GapTable`'s integer bounds, which are no wider than the entry-by-entry route's
+  wherever the first-digit screen leaves a gap open.
+* The screen: the first digit's logits and slack hold the exact logit of every point of the ball (random
+  float16/32 columns with zeros, subnormals and wide spreads); with it, the least lower and upper bound, the
+  least lower bound minus width and the gaps below a margin equal those of the all-exact table on a random
+  model with 3,000 tokens (a screen that settles every gap, the mutant, changes them).
 * The final ball's worst direction: a point of the ball whose gap reaches the table's bound (so a table
   without the radius term, the mutant, is caught).
 * The pieces: column norm bounds >= the exact norms (float32/float16 with subnormals, zeros, signed zeros,
@@ -53,10 +58,11 @@ def test_exact_gaps_hold_the_300_bit_gaps(tiny, name, seed, tokens):
         old = last_logits(B, model, tokens, W)
     assert isinstance(table, G.GapTable)
     tol = TOLERANCE * (max(abs(x) for x in ref) + 1)
+    top = min(hi for j, (_, hi) in enumerate(table) if j != k)
     for j, (lo, hi) in enumerate(table):
         gap = ref[k] - ref[j]
         assert lo - tol <= gap <= hi + tol, (j, float(lo), float(gap), float(hi))
-        if j != k:
+        if j != k and 2 * lo - hi <= top:      # every gap the screen could not settle is exact
             d = old[k] - old[j]
             assert hi - lo <= B.upper(d) - B.lower(d)
 
@@ -170,3 +176,68 @@ def test_unembedding_cut_is_cut_cols(seed, dtype):
     assert len(a.digits) == len(b.digits)
     for x, y, i, j, m1, m2, s1, s2 in zip(a.digits, b.digits, a.index, b.index, a.line_max, b.line_max, a.line_sum, b.line_sum):
         assert np.array_equal(x, y) and np.array_equal(i, j) and np.array_equal(m1, m2) and np.array_equal(s1, s2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), dtype=st.sampled_from([np.float32, np.float16]))
+def test_screened_columns_hold_every_point_of_the_ball(seed, dtype):
+    """|logit_j(x) - screened_j| <= slack_j for x within e of c: the first digit's error (||c||_1 2^(top - bits))
+    and e ||w_j||, against exact Fractions."""
+    w = matrices(seed, dtype)
+    rng = np.random.default_rng(seed)
+    d = w.shape[0]
+    parts = (rng.standard_normal((1, d)) * 2.0 ** rng.integers(-20, 20), rng.standard_normal((1, d)) * 2.0 ** -60)
+    bias = (rng.standard_normal(w.shape[1]) * (rng.random(w.shape[1]) < 0.7)).astype(dtype).astype(np.float64)
+    for e in ((0, 0), G.dyadic_up(Fraction(1, 3 * 2 ** 40))):
+        logit, slack, exp = G.screened_columns(parts, w, bias, e)
+        c = [sum(Fraction(float(p[0, i])) for p in parts) for i in range(d)]
+        radius = Fraction(e[0]) * Fraction(2) ** e[1]
+        for j in range(w.shape[1]):
+            col = [Fraction(float(x)) for x in w[:, j]]
+            diff = abs(sum(ci * x for ci, x in zip(c, col)) + Fraction(float(bias[j])) - Fraction(logit[j]) * Fraction(2) ** exp)
+            room = Fraction(slack[j]) * Fraction(2) ** exp - diff
+            assert room >= 0 and room ** 2 >= radius ** 2 * sum(x * x for x in col)
+
+
+def test_screened_slack_is_needed():
+    """A float32 column whose small entry the first digit drops: the screened logit is off by c_1 2^-30, and
+    the slack (||c||_1 2^(top - bits) = 2 2^(1 - 26)) covers it."""
+    w = np.array([[1.0], [2.0 ** -30]], np.float32)
+    logit, slack, exp = G.screened_columns((np.array([[1.0, 1.0]]),), w, np.zeros(1), (0, 0))
+    assert Fraction(logit[0]) * Fraction(2) ** exp == 1 and Fraction(slack[0]) * Fraction(2) ** exp == Fraction(1, 2 ** 24) > 2 ** -30
+
+
+def test_screen_keeps_what_the_exact_table_gives(tmp_path, monkeypatch):
+    """On a random model with 3,000 tokens: the screened table's least lower and upper bound, least lower bound
+    minus width and gaps below margins up to the least upper bound equal the all-exact table's (every gap a
+    contender); a screen that settles every gap (no contenders, the mutant) changes them."""
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.model.files import save_model
+    from tcert.generator.model.random_models import random_model
+    tensors, config = random_model("neox1l", seed=3, n_layers=1, d_vocab=3000, d_model=32, n_heads=2, d_head=16,
+                                   d_mlp=64, n_ctx=8)
+    save_model(str(tmp_path / "m.safetensors"), tensors, config)
+    model, tokens = load_model(str(tmp_path / "m.safetensors")), [5, 17, 2999, 0, 5, 1]
+    B = make_backend("flint")
+
+    def summary(table):
+        t = table.without(k)
+        lower, j, upper = t.extremes()
+        margins = [lower, (lower + upper) / 2, upper, upper / 2]
+        return lower, j, upper, min(2 * lo - hi for lo, hi in t), [t.below(m) for m in margins]
+
+    with B.precision():
+        W = Weights(B, model)
+        x = unembed_input(B, model, tokens, W)
+        logit, _, _ = G.screened_columns(exact_backend.point_parts(x.centre, B), np.asarray(model.tensors["unembed.W_U"]),
+                                         np.asarray(model.tensors["unembed.b_U"], dtype=np.float64), (0, 0))
+        k = max(range(3000), key=logit.__getitem__)
+        screened = G.exact_gap_table(B, W, x, k)
+        opened = len(G.contenders(screened.lows, screened.highs, k))
+        monkeypatch.setattr(G, "contenders", lambda lows, highs, k: [j for j in range(len(lows)) if j != k])
+        exact = G.exact_gap_table(B, W, x, k)
+        monkeypatch.setattr(G, "contenders", lambda lows, highs, k: [])
+        mutant = G.exact_gap_table(B, W, x, k)
+    assert 1 <= opened < 100
+    assert summary(screened) == summary(exact)
+    assert summary(mutant) != summary(exact)

@@ -117,29 +117,97 @@ def unembedding_cut(w, bits: int) -> Slices:
     return Slices([d.T for d in r.digits], r.index, r.scale, bits, 1, r.shape[::-1], list(zip(r.line_max, r.line_sum)))
 
 
+def top_digit(w, bits: int):
+    """(hi, tops): W_U's first digit on each column's own scale, hi_ij = trunc(w_ij 2^(bits - top_j)) (exact: a
+    scaling by a power of two that leaves a normal float64 -- |w| < 2^top, top >= -148 for float16/32 -- and
+    trunc), so w_ij = 2^(top_j - bits) (hi_ij + f_ij) with |f_ij| < 1; as Slices of one digit (a right factor).
+    Its statistics: the column maxima of |hi| are trunc(max_i |w_ij| 2^(bits - top_j)) (trunc is monotone), and
+    d times them bound the column sums (`Slices` needs upper bounds: they enter only the exactness bound)."""
+    peak = np.maximum(w.max(axis=0, initial=0), -w.min(axis=0, initial=0)).astype(np.float64)
+    tops = np.frexp(peak)[1].astype(np.int64)
+    _require(-1022 <= bits - tops.max(initial=0) and bits - tops.min(initial=0) <= 1023, "a column's scale out of range")
+    scale = np.ldexp(1.0, bits - tops)
+    hi = np.asarray(w, dtype=np.float64)
+    np.multiply(hi, scale[None, :], out=hi)
+    np.trunc(hi, out=hi)
+    line_max = np.trunc(peak * scale)
+    cut = Slices([hi], [np.arange(w.shape[1])], tops, bits, 1, w.shape, [(line_max, line_max * w.shape[0])])
+    return cut, tops
+
+
+def _on(values: list, exp: int, to: int) -> list:
+    """Integers v 2^exp rewritten on the lower power 2^to (to <= exp)."""
+    return [v << (exp - to) for v in values]
+
+
+def exact_columns(parts, w, cols: list, bias, e):
+    """(logits, radii, exp): for the columns `cols` of W_U, the exact c . w_j + b_j and e n_j (`column_norms`),
+    Python ints on one power of two 2^exp (e = (n, t) is the ball radius n 2^t)."""
+    sub = w[:, cols]
+    centre, ce = row_integers(exact_backend.parts_times_point(parts, unembedding_cut(sub, bits_for(w.shape[0]))))
+    bv, be = float_integers(bias[cols])
+    (r, h), (en, ee) = column_norms(sub), e
+    exp = min(ce, be, ee + min(h))
+    logit = [a + b for a, b in zip(_on(centre, ce, exp), _on(bv, be, exp))]
+    return logit, [(en * v) << (s + ee - exp) for v, s in zip(r, h)], exp
+
+
+def screened_columns(parts, w, bias, e):
+    """(logits, slack, exp): every column's c . w^_j + b_j for W_U's first digit w^ (`top_digit`) and a slack
+    with |logit_j(x) - that| <= slack_j for every x in the ball: |c . (w_j - w^_j)| < ||c||_1 2^(top_j - bits)
+    and |(x - c) . w_j| <= e ||w_j|| <= e ceil(sqrt(d)) 2^top_j (|w_ij| < 2^top_j)."""
+    d, bits = w.shape[0], bits_for(w.shape[0])
+    cut, tops = top_digit(w, bits)
+    centre, ce = row_integers(exact_backend.parts_times_point(parts, cut))
+    bv, be = float_integers(bias)
+    l1, le = float_integers(np.concatenate([np.abs(p).reshape(-1) for p in parts]))
+    (en, ee), root, low = e, math.isqrt(d - 1) + 1, int(tops.min(initial=0))
+    exp = min(ce, be, le + low - bits, ee + low)
+    total = sum(l1)
+    slack = [(total << (t - bits + le - exp)) + ((en * root) << (t + ee - exp)) for t in tops.tolist()]
+    return [a + b for a, b in zip(_on(centre, ce, exp), _on(bv, be, exp))], slack, exp
+
+
+def contenders(lows: list, highs: list, k: int) -> list:
+    """The j != k with lows[j] - (highs[j] - lows[j]) <= T = min_(i != k) highs[i] (`exact_gap_table`'s screen)."""
+    top = min((h for j, h in enumerate(highs) if j != k), default=0)
+    return [j for j in range(len(lows)) if j != k and 2 * lows[j] - highs[j] <= top]
+
+
 def exact_gap_table(B, W, x, k: int):
     """The `GapTable` of every j at the final state x (Rows of one row) for the predicted token k, by the
     exact layer (module docstring); None where it does not apply (the layer off, x's centre not a point
-    of float64 parts, W_U not float16/32, a part beyond the float range)."""
+    of float64 parts, W_U not float16/32, a part beyond the float range).
+
+    Screen. Column k is exact; every other column first gets bounds from W_U's first digit (`screened_columns`:
+    lo'_j <= lo_j <= hi_j <= hi'_j). Exact bounds replace them for the contenders: every j with
+    lo'_j - (hi'_j - lo'_j) <= T = min_i hi'_i. The rest keep lo'_j > T and lo'_j - (hi'_j - lo'_j) > T, so for
+    i with hi'_i = T (a contender): lo_j >= lo'_j > T >= hi_i >= lo_i, and hi_j > T >= hi_i, and
+    lo_j - (hi_j - lo_j) >= lo'_j - (hi'_j - lo'_j) > T >= lo_i - (hi_i - lo_i): the least lower and upper
+    bound, the least lo - width and the set of gaps below any margin <= T are those of the all-exact table
+    (a margin above T is refuted by hi_i)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
     parts = exact_backend.point_parts(x.centre, B)
-    norms = W.norms.get(("column bounds", "unembed.W_U"))
-    if norms is None:
-        norms = W.norms[("column bounds", "unembed.W_U")] = column_norms(W.model.tensors["unembed.W_U"])
-    if parts is None or norms is None or not all(np.isfinite(p).all() for p in parts):
-        return None
     w = np.asarray(W.model.tensors["unembed.W_U"])
+    if parts is None or w.dtype not in (np.float16, np.float32) or not all(np.isfinite(p).all() for p in parts):
+        return None
     if not np.isfinite(w).all():
         return None
-    centre, ce = row_integers(exact_backend.parts_times_point(parts, unembedding_cut(w, bits_for(w.shape[0]))))
-    bias, be = float_integers(exact_matrix(W.model.tensors["unembed.b_U"])[0])
-    (r, h), (en, ee) = norms, dyadic_up(x.eps[0])
-    hmin = min(h)
-    exp = min(ce, be, ee + hmin)
-    logit = [(c << (ce - exp)) + (b << (be - exp)) for c, b in zip(centre, bias)]
-    rad = [(en * v) << (s + ee - exp) for v, s in zip(r, h)]
-    lows = [logit[k] - y - rad[k] - z for y, z in zip(logit, rad)]
-    highs = [logit[k] - y + rad[k] + z for y, z in zip(logit, rad)]
+    bias, e = exact_matrix(W.model.tensors["unembed.b_U"])[0], dyadic_up(x.eps[0])
+    (lk,), (rk,), kexp = exact_columns(parts, w, [k], bias, e)
+    logit, slack, sexp = screened_columns(parts, w, bias, e)
+    exp = min(kexp, sexp)
+    lk, rk, logit, slack = lk << (kexp - exp), rk << (kexp - exp), _on(logit, sexp, exp), _on(slack, sexp, exp)
+    lows = [lk - y - rk - z for y, z in zip(logit, slack)]
+    highs = [lk - y + rk + z for y, z in zip(logit, slack)]
     lows[k] = highs[k] = 0
+    open_gaps = contenders(lows, highs, k)
+    if open_gaps:
+        cl, cr, cexp = exact_columns(parts, w, open_gaps, bias, e)
+        low = min(exp, cexp)
+        lows, highs, lk, rk = _on(lows, exp, low), _on(highs, exp, low), lk << (exp - low), rk << (exp - low)
+        cl, cr, exp = _on(cl, cexp, low), _on(cr, cexp, low), low
+        for j, y, z in zip(open_gaps, cl, cr):
+            lows[j], highs[j] = lk - y - rk - z, lk - y + rk + z
     return GapTable(lows, highs, exp)
