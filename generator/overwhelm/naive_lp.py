@@ -35,7 +35,7 @@ FLOAT_SLACK = 2.0 ** -30
 # The lp duals are repaired against the checker's certified cost bounds moved by this relative margin, so a
 # certificate keeps verifying when a later checker encloses the same costs a few bits differently (without
 # it the repaired duals are tight to one ulp and any change of the checker's arithmetic rejects them).
-RIGOROUS_MARGIN = Fraction(1, 1 << 40)
+RIGOROUS_MARGIN = Fraction(1, 1 << 48)
 TIGHT_AUTO_LIMIT = 1 << 16     # d_vocab * d_model up to which "auto" hints are tight
 
 
