@@ -20,11 +20,8 @@ import json
 import os
 import sys
 import tempfile
-import time
 
-import numpy as np
-
-from tcert.testing.bench import dominant_prefix_token, fresh, fresh_check, machine_load, paper_model, usage
+from tcert.testing.bench import fresh, fresh_check, machine_load, paper_model, timed_tight, usage
 
 MODEL = "neox1l_paper.safetensors"
 CERT = "overwhelm_tight.json"
@@ -34,15 +31,8 @@ def generate(workdir: str, n_fix: int) -> dict:
     """In this process: load the model, choose the prefix (bench_overwhelm.run_case("perm")'s draws, the
     dominant token repeated n_fix times), run `generate_tight` (timed) and write the certificate."""
     from tcert.generator import certificate
-    from tcert.generator.overwhelm.tight import format_report, generate_tight
-    model = paper_model(os.path.join(workdir, MODEL), real_block=True)
-    rng = np.random.default_rng(1)
-    query = int(rng.integers(0, model.config.d_vocab))
-    spec = ("perm", 35, [int(x) for x in rng.integers(0, model.config.d_vocab, 35)])
-    prefix = [dominant_prefix_token(model, query)] * n_fix
-    t0, c0 = time.perf_counter(), time.process_time()
-    cert, report = generate_tight(model, prefix, query, spec, force=True)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    from tcert.generator.overwhelm.tight import format_report
+    cert, report, wall, cpu = timed_tight(paper_model(os.path.join(workdir, MODEL), real_block=True), n_fix)
     certificate.write(os.path.join(workdir, CERT), cert)
     return {"wall": wall, "cpu": cpu, "peak_rss_gb": usage()[1], "report": format_report(report)}
 

@@ -83,22 +83,29 @@ def fresh_check(cert_path: str, model_path: str, backend: str = "flint") -> dict
     return fresh(["-m", "tcert.testing.bench", "check", cert_path, model_path, backend])
 
 
+def timed_tight(model, n_fix: int) -> tuple:
+    """(cert, report, wall s, CPU s) of `generate_tight` (timed alone, force=True) on bench_overwhelm's perm
+    case: rng(1)'s query and 35-token free multiset (the same draws as bench_overwhelm.run_case("perm")),
+    the dominant token repeated n_fix times as the prefix."""
+    from tcert.generator.overwhelm.tight import generate_tight
+    rng = np.random.default_rng(1)
+    query = int(rng.integers(0, model.config.d_vocab))
+    spec = ("perm", 35, [int(x) for x in rng.integers(0, model.config.d_vocab, 35)])
+    prefix = [dominant_prefix_token(model, query)] * n_fix
+    t0, c0 = time.perf_counter(), time.process_time()
+    cert, report = generate_tight(model, prefix, query, spec, force=True)
+    return cert, report, time.perf_counter() - t0, time.process_time() - c0
+
+
 def tight_case(workdir: str, n_fix: int, real_block: bool = False) -> None:
     """benchmarks/bench_overwhelm_tight.py (and _real_blocks.py with `real_block`): overwhelm --method tight
     on the paper-scale model with bench_overwhelm's perm case (rng(1): query, 35-token free multiset;
     the dominant token repeated n_fix times), generated with force=True, checked with Arb in a fresh
     process; prints the figures."""
     from tcert.generator import certificate
-    from tcert.generator.overwhelm.tight import format_report, generate_tight
+    from tcert.generator.overwhelm.tight import format_report
     model_path = os.path.join(workdir, "neox1l_paper.safetensors")
-    model = paper_model(model_path, real_block)
-    rng = np.random.default_rng(1)        # the same draws as bench_overwhelm.run_case("perm")
-    query = int(rng.integers(0, model.config.d_vocab))
-    spec = ("perm", 35, [int(x) for x in rng.integers(0, model.config.d_vocab, 35)])
-    prefix = [dominant_prefix_token(model, query)] * n_fix
-    t0, c0 = time.perf_counter(), time.process_time()
-    cert, report = generate_tight(model, prefix, query, spec, force=True)
-    t_gen, c_gen = time.perf_counter() - t0, time.process_time() - c0
+    cert, report, t_gen, c_gen = timed_tight(paper_model(model_path, real_block), n_fix)
     path = os.path.join(workdir, "overwhelm_tight.json")
     certificate.write(path, cert)
     print(format_report(report))
