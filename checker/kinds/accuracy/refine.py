@@ -48,7 +48,7 @@ MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) p
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
-QUERY_ELEMENTS = 1 << 18      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
+QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -429,10 +429,10 @@ def coupled_groups(stack, P, groups, dist) -> tuple:
     GRID_BANDS chunks by max token at most): the top-2 bound
     A[m] + sum_{i in P} Dal[i][t_i, m] < 0 (A as in `rows.fixed_part`) on the grid of fillings below m outside
     K^P (each token axis as long as the chunk's largest m: no filling reaches it); then, for rule "e" only,
-    the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`grid_coupled`; it is never
-    looser, so the two prove what the coupled bound alone proves). Returns (summed weight numerators,
-    number) of the fillings proved and, per rule "e" group with claimed fillings neither bound proves,
-    (q, (token rows, P, fixed weight))."""
+    the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`sparse_coupled`, on those
+    fillings only; it is never looser, so the two prove what the coupled bound alone proves). Returns
+    (summed weight numerators, number) of the fillings proved and, per rule "e" group with claimed fillings
+    neither bound proves, (q, (token rows, P, fixed weight))."""
     rows, Eq, Dal, index = stack
     n, v = rows.E.shape[1:]
     M, k = [i for i in range(n - 1) if i not in P], len(P)
@@ -452,20 +452,22 @@ def coupled_groups(stack, P, groups, dist) -> tuple:
         F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)          # F[g, x], A[g] = max_{x != m} F[g, x]
         A = F.copy()
         A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
-        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]].reshape(grid_axes(j, len(ms), k, top))
-              for j, i in enumerate(P)]                              # Dal[i][t_i, m] on the grid
-        good = valid & (A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(Dg) < 0)
-        rest = valid & ~good & np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
-        proved = grid_coupled((rows, Eq), P, at, ms, F, Dg, rest)
-        good, rest = good | proved, rest & ~proved
-        counted += int(np.count_nonzero(good))
+        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]] for i in P]   # Dal[i][t_i, m], (g, top)
+        bad = A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(
+            D.reshape(grid_axes(j, len(ms), k, top)) for j, D in enumerate(Dg)) >= 0
+        good = valid & ~bad
+        rule_e = np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
+        idx = np.nonzero(valid & bad & rule_e)       # the claimed fillings the top-2 bound leaves (rule "e")
+        proved = sparse_coupled((rows, Eq), P, at, ms, F, Dg, idx)
+        good[tuple(a[proved] for a in idx)] = True
         free = good.reshape(len(ms), -1).sum(axis=1)
+        counted += int(free.sum())
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
             free = good.astype(object)
             for i in reversed(P):
                 free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(n, np.nonzero(rest), ms, qs, fixed, P)
+        left += unproved_inputs(n, tuple(a[~proved] for a in idx), ms, qs, fixed, P)
     return weight, counted, left
 
 
@@ -487,27 +489,28 @@ def grid_fillings(chunk, ms, k: int, v: int):
     return valid & ~all_K
 
 
-def grid_coupled(stack, P, at, ms, F, Dg, rest):
-    """Boolean grid (group, t_1, ..., t_k): where `rest` is set, whether the bound of `rows.coupled` proves
-    the filling, coupling one free position p at a time with the fixed rows F[group]
-    (`rows.stacked_fixed_terms`), the others by their top-2 bound (Dg, Dal on the grid):
+def sparse_coupled(stack, P, at, ms, F, Dg, idx):
+    """Per filling idx = (group, t_1, ..., t_k) (index arrays): whether the bound of `rows.coupled` proves
+    it, coupling one free position p at a time with the fixed rows F[group] (`rows.stacked_fixed_terms`),
+    the others by their top-2 bound (Dg[j][group, t], Dal on the grid):
     max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up
     to Eq[m] (group g's query at index at[g] of the stack; shifts >= 0 since t_p < m). The max over x is
-    taken once per (group, t_p) row that `rest` reaches."""
+    taken once per (group, t_p) row the fillings reach."""
     rows, Eq = stack
-    k = len(P)
-    proved = np.zeros(rest.shape, dtype=bool)
+    g = idx[0]
+    proved = np.zeros(len(g), dtype=bool)
     for j, p in enumerate(P):
-        r, t = np.nonzero(rest.any(axis=tuple(a + 1 for a in range(k) if a != j)))
+        reach = np.zeros(Dg[j].shape, dtype=bool)
+        reach[g, idx[j + 1]] = True
+        r, t = np.nonzero(reach)
         ar, mr = at[r], ms[r]
         C = F[r] + align(rows.Hh[ar, p, t] - rows.Hl[ar, p, t, mr][:, None], (Eq[ar, mr] - rows.E[ar, p, t])[:, None],
                          True)
         C[np.arange(len(r)), mr] = np.iinfo(np.int64).min          # x != m
-        Cmax = np.zeros(rest.shape[:2], dtype=np.int64)             # rows `rest` does not reach: never read
+        Cmax = np.zeros(Dg[j].shape, dtype=np.int64)               # rows no filling reaches: never read
         Cmax[r, t] = C.max(axis=1)
-        proved |= Cmax.reshape(grid_axes(j, len(ms), k, rest.shape[1])) + sum(
-            (D for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
-    return rest & proved
+        proved |= Cmax[g, idx[j + 1]] + sum((D[g, idx[i + 1]] for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
+    return proved
 
 
 def unproved_inputs(n: int, idx, ms, qs, fixed, P) -> list:
