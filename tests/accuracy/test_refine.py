@@ -216,15 +216,24 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
                         M = [i for i in range(n - 1) if i not in P]
                         theta = -int(rows.fixed_part(R, Eq, q, M, np.array([m]))[0])
                         betas = [Dal[i][:m, m] for i in P]
-                        _, _, failing = refine.separable(betas, [np.arange(m)] * c, theta, uniform(n, v), P)
-                        fails = {tuple(f) for f in failing.tolist()}
-                        claimed = [f for f in itertools.product(range(m), repeat=c) if f not in fails] if P else \
-                            ([()] if not len(failing) else [])
+                        claimed = [f for f in itertools.product(range(m), repeat=c)
+                                   if sum(int(b[t]) for b, t in zip(betas, f)) < theta]    # the top-2 bound
                         for t in group_inputs(n, m, q, P, claimed):
                             assert verdicts[t] is True, (m, q, P, t)
                         assert counted == len([f for f in claimed if not (P and all(t in K for t in f))])
                     credited_any += counted
     assert credited_any > 0
+
+
+def test_outside_fillings_are_every_filling_outside_K_once():
+    """refine.outside_fillings lists every filling of k positions below m that is not all in K, exactly once
+    (exhaustive over small m, every K and k = 0..3)."""
+    for m in range(0, 5):
+        for K in itertools.chain.from_iterable(itertools.combinations(range(m), r) for r in range(m + 1)):
+            for k in range(4):
+                got = [tuple(f) for f in refine.outside_fillings(m, list(K), k).tolist()]
+                want = [f for f in itertools.product(range(m), repeat=k) if not (k and all(t in K for t in f))]
+                assert sorted(got) == sorted(want) and len(got) == len(set(got)), (m, K, k)
 
 
 @pytest.mark.parametrize("weighted", [False, True])

@@ -388,32 +388,34 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
     fixed_w = fixed_weight(dist, m, q, P)
-    inK = np.zeros(m, dtype=bool)
-    inK[K] = True
     if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
         stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
         w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
         return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
-    betas = [Dal[i][:m, m] for i in P]
-    free = [np.arange(m)] * len(P)
-    counted, weight, failing = separable(betas, free, theta, dist, P, rule == "e")
-    if K:
-        k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P, False)
-        counted, weight = counted - k_counted, weight - k_weight
-    if rule != "e":
-        return weight * fixed_w, counted, None
-    keep = ~np.all(inK[failing], axis=1) if P else np.ones(len(failing), dtype=bool)
-    if len(unclaimed):                       # never credited: the count takes them out again; no test
-        U = np.unique(unclaimed, axis=0)
-        U = U[~np.all(inK[U], axis=1)]
-        passed = U[sum((b[U[:, j]] for j, b in enumerate(betas)), np.int64(0)) < theta]
-        counted, weight = counted - len(passed), weight - fillings_weight(dist, passed, P)
-        keep &= ~np.isin(failing @ m ** np.arange(len(P)), U @ m ** np.arange(len(P)))   # base-m numbers
-    if not np.any(keep):
-        return weight * fixed_w, counted, None
-    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[keep], dist, fixed_w, n)
-    return weight * fixed_w + w, counted + more, left
+    fillings = outside_fillings(m, K, len(P))
+    passed = sum((Dal[i][fillings[:, j], m] for j, i in enumerate(P)), np.zeros(len(fillings), np.int64)) < theta
+    if rule == "e" and len(unclaimed):       # never credited, no test
+        claimed = ~np.isin(fillings @ m ** np.arange(len(P)), unclaimed @ m ** np.arange(len(P)))   # base-m numbers
+        passed, fillings = passed[claimed], fillings[claimed]
+    weight, counted = fillings_weight(dist, fillings[passed], P) * fixed_w, int(np.count_nonzero(passed))
+    if rule != "e" or np.all(passed):
+        return weight, counted, None
+    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[~passed], dist, fixed_w, n)
+    return weight + w, counted + more, left
+
+
+def outside_fillings(m: int, K, k: int):
+    """Every filling of k positions with tokens below m not all in K, each once, as a (N, k) array (k = 0:
+    the one empty filling): grouped by the first position j holding a token outside K (a filling outside K^k
+    has exactly one such j: the positions before it hold tokens of K, those after it any token below m)."""
+    if k == 0:
+        return np.zeros((1, 0), dtype=np.int64)
+    inK = np.zeros(m, dtype=bool)
+    inK[K] = True
+    axes = lambda j: [np.nonzero(inK)[0]] * j + [np.nonzero(~inK)[0]] + [np.arange(m)] * (k - j - 1)
+    return np.concatenate([np.stack([g.ravel() for g in np.meshgrid(*axes(j), indexing="ij")], axis=1)
+                           for j in range(k)]).astype(np.int64)
 
 
 def fixed_weight(dist, m: int, q: int, P) -> int:
@@ -554,43 +556,11 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
 
 def fillings_weight(dist, fillings, P) -> int:
     """The summed weight numerators of the free positions P over `fillings` (N, |P|) (their number, uniformly)."""
-    return len(fillings) if dist.unit else sum(math.prod(dist.a[p][t] for p, t in zip(P, f)) for f in fillings.tolist())
+    if dist.unit or not P:
+        return len(fillings)
+    return int(math.prod(dist.arrays[p][fillings[:, j]] for j, p in enumerate(P)).sum())
 
 
 def rows_weight(dist, tok, P) -> int:
     """The summed weight numerators of the free positions P over the inputs tok (their number, uniformly)."""
     return len(tok) if dist.unit else sum(math.prod(dist.a[i][row[i]] for i in P) for row in tok.tolist())
-
-
-def separable(betas, tokens, theta: int, dist, P, failing: bool = True) -> tuple:
-    """For the fillings t of the free positions P (position P[j] ranging over tokens[j], with bounds
-    betas[j]): (how many have sum_j betas[j][t_j] < theta, their summed weight numerators (the free
-    positions' only), the fillings that do not, as token rows, when `failing`, else None). All but the last
-    position are enumerated; the last is sorted and searched."""
-    if not P:
-        return (1, 1, np.zeros((0, 0), dtype=np.int64)) if 0 < theta else (0, 0, np.zeros((1, 0), dtype=np.int64))
-    if any(len(t) == 0 for t in tokens):
-        return 0, 0, np.zeros((0, len(P)), dtype=np.int64)
-    grids = np.meshgrid(*[np.arange(len(t)) for t in tokens[:-1]], indexing="ij")
-    idx = [g.ravel() for g in grids]
-    partial = sum((b[i] for b, i in zip(betas[:-1], idx)), np.zeros(len(idx[0]) if idx else 1, np.int64))
-    order = np.argsort(betas[-1], kind="stable")
-    last = betas[-1][order]
-    k = np.searchsorted(last, theta - partial, side="left")         # fillings of the last position below
-    counted = int(k.sum())
-    if dist.unit:
-        weight = counted
-    else:
-        a = [np.array([dist.a[p][t] for t in tok], dtype=object) for p, tok in zip(P, tokens)]
-        cum = np.concatenate([[0], np.cumsum(a[-1][order])]).astype(object)
-        pre = np.ones(len(partial), dtype=object)
-        for aj, i in zip(a[:-1], idx):
-            pre = pre * aj[i]
-        weight = int(sum(pre * cum[k]))
-    if not failing:
-        return counted, weight, None
-    rest = len(last) - k
-    part = np.repeat(np.arange(len(partial)), rest)
-    pos = np.arange(int(rest.sum())) - np.repeat(np.cumsum(rest) - rest, rest) + k[part]
-    failing = np.stack([tok[i[part]] for tok, i in zip(tokens[:-1], idx)] + [tokens[-1][order[pos]]], axis=1)
-    return counted, weight, failing

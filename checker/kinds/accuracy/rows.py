@@ -73,8 +73,9 @@ def stacked_rows(tables, values, qs) -> Rows:
     wh = shifted_each(w_hi, E, True)[..., None]
     if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
-    Hh = np.where(Vh >= 0, wh * Vh, wl * Vh)
-    Hl = np.where(Vl >= 0, wl * Vl, wh * Vl)
+    Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
+    np.maximum(Hh, wl * Vh, out=Hh)
+    np.minimum(Hl, wh * Vl, out=Hl)
     return Rows(Hl, Hh, E, top_two(Hh) - Hl)
 
 
@@ -85,10 +86,10 @@ def shifted_each(a, E, up: bool) -> np.ndarray:
 
 
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (the top two of each row)."""
-    srt = np.sort(M, axis=-1)
-    arg = M.argmax(axis=-1)[..., None]
-    return np.where(np.arange(M.shape[-1]) == arg, srt[..., -2:-1], srt[..., -1:])
+    """X[..., m] = max_{x != m} M[..., x] (the top two of each row: the largest, except at an entry equal to
+    it, where the second largest, itself the largest when the maximum is attained twice)."""
+    top = np.partition(M, -2, axis=-1)[..., -2:]
+    return np.where(M == top[..., 1:], top[..., :1], top[..., 1:])
 
 
 def align(x, s, up: bool):
