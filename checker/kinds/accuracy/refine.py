@@ -421,7 +421,9 @@ def outside_fillings(m: int, K, k: int):
 def fixed_weight(dist, m: int, q: int, P) -> int:
     """The weight numerator of the positions a group (m, q, P) fixes (m outside P, q at n-1; 0 below m0)."""
     n = dist.n
-    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q] if m >= dist.m0 else 0
+    if dist.unit or m < dist.m0:
+        return int(m >= dist.m0)
+    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q]
 
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
@@ -497,13 +499,14 @@ def sparse_coupled(stack, P, at, ms, F, Dg, idx):
     the others by their top-2 bound (Dg[j][group, t], Dal on the grid):
     max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up
     to Eq[m] (group g's query at index at[g] of the stack; shifts >= 0 since t_p < m). The max over x is
-    taken once per (group, t_p) row the fillings reach."""
+    taken once per (group, t_p) row that the fillings not yet proved (by an earlier p) reach."""
     rows, Eq = stack
-    g = idx[0]
-    proved = np.zeros(len(g), dtype=bool)
+    proved = np.zeros(len(idx[0]), dtype=bool)
     for j, p in enumerate(P):
+        open_ = np.nonzero(~proved)[0]
+        g, tj = idx[0][open_], idx[j + 1][open_]
         reach = np.zeros(Dg[j].shape, dtype=bool)
-        reach[g, idx[j + 1]] = True
+        reach[g, tj] = True
         r, t = np.nonzero(reach)
         ar, mr = at[r], ms[r]
         C = F[r] + align(rows.Hh[ar, p, t] - rows.Hl[ar, p, t, mr][:, None], (Eq[ar, mr] - rows.E[ar, p, t])[:, None],
@@ -511,7 +514,7 @@ def sparse_coupled(stack, P, at, ms, F, Dg, idx):
         C[np.arange(len(r)), mr] = np.iinfo(np.int64).min          # x != m
         Cmax = np.zeros(Dg[j].shape, dtype=np.int64)               # rows no filling reaches: never read
         Cmax[r, t] = C.max(axis=1)
-        proved |= Cmax[g, idx[j + 1]] + sum((D[g, idx[i + 1]] for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
+        proved[open_] = Cmax[g, tj] + sum((D[g, idx[i + 1][open_]] for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
     return proved
 
 

@@ -42,7 +42,7 @@ def value_tables(tables, top: int | None = None) -> dict:
     """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each at most 2^top in
     magnitude (default VB-2, so that a sum of the three stays below 2^VB)."""
     names = ("EU", "EVOU", "PVOU")
-    bits = max(max(abs(int(x)) for x in tables[f"{k}_{e}"].flat).bit_length() for k in names for e in ("lo", "hi"))
+    bits = max(int(max(-a.min(), a.max())).bit_length() for a in (tables[f"{k}_{e}"] for k in names for e in ("lo", "hi")))
     s = bits - (value_bits(tables["n"]) - 2 if top is None else top)
     return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
 
