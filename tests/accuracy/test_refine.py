@@ -174,7 +174,9 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
         K = np.zeros((v, v, n, v), dtype=bool)
         for (m, q, c), ks in cases.items():
             K[m, q, c, ks] = True
-        assert refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed) == exact
+        flat, proved, meets, sizes = refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed)
+        assert {(case, tuple(S), b) for (case, S, b), p in zip(flat, proved) if p} == exact
+        assert sizes == [len(cases[case]) for case, _, _ in flat] and not meets.any()    # S is outside K here
 
 
 # ------------------------------------------------------------------------------ the pattern rules, exhaustively

@@ -190,25 +190,23 @@ def parse_unclaimed(hints, v: int) -> list:
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
     """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): its set disjoint from the
     case's cubic set, its bound negative by the int64 screen, else exactly (`require_mixed`); their summed
-    weight numerators."""
-    weight, count = 0, 0
+    weight numerators (under counting, the inputs covered: C(n-1, c) C(c, b) |S|^b |K|^(c-b))."""
+    n = tables["n"]
     with ob.step("accuracy refine: mixed cases") as fig:
-        proved = mixed_screened(tables, cases, mixed)
-        for (m, q, c), entries in sorted(mixed.items()):
-            K = cases.get((m, q, c), [])
-            for S, b in entries:
-                if not set(S).isdisjoint(K):
-                    raise Rejected("", f"{case_name(m, q, c)}: the mixed set {S[:8]} meets the case's cubic set "
-                                       f"{K[:8]} (in both: {sorted(set(S) & set(K))[:8]})")
-                if ((m, q, c), tuple(S), b) not in proved:
-                    require_mixed(tables, values, (m, q, c), K, S, b)
-                covered = math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
-                count += covered            # counting: the weight is the number of inputs covered
-                weight += covered if dist.unit and not dist.m0 else \
-                    dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
-        fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
-        fig["mixed entries confirmed in int64"] = len(proved)
-        fig["inputs covered by mixed entries"] = count
+        flat, proved, meets, sizes = mixed_screened(tables, cases, mixed)
+        for (m, q, c), S, _ in (flat[j] for j in np.nonzero(meets)[0][:1]):
+            K = cases.get((m, q, c))
+            raise Rejected("", f"{case_name(m, q, c)}: the mixed set {S[:8]} meets the case's cubic set "
+                               f"{K[:8]} (in both: {sorted(set(S) & set(K))[:8]})")
+        for case, S, b in (flat[j] for j in np.nonzero(~proved)[0].tolist()):
+            require_mixed(tables, values, case, cases.get(case), S, b)
+        covered = [math.comb(n - 1, c) * math.comb(c, b) * len(S) ** b * k ** (c - b)
+                   for ((_, _, c), S, b), k in zip(flat, sizes)]
+        weight = sum(covered) if dist.unit and not dist.m0 else sum(      # counting: the inputs covered
+            dist.case(m, q, [(cases.get((m, q, c)), c - b), (S, b)] if b < c else [(S, b)]) for (m, q, c), S, b in flat)
+        fig["mixed entries confirmed"] = len(flat)
+        fig["mixed entries confirmed in int64"] = int(np.count_nonzero(proved))
+        fig["inputs covered by mixed entries"] = sum(covered)
     return weight
 
 
@@ -225,14 +223,15 @@ def require_mixed(tables, values, case, K, S, b):
                            f"{show(bound * bound_scale(tables))} >= 0")
 
 
-def mixed_screened(tables, sets, mixed) -> set:
-    """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
-    every entry at once (`key_bounds` and `key_bound` on the screen's tables; the cubic sets as `CubicSets`);
-    the rest get the exact evaluation."""
+def mixed_screened(tables, sets, mixed) -> tuple:
+    """(flat, proved, meets, sizes): the entries flat = [((m, q, c), S, b), ...], per entry whether the int64
+    screen (screen.py) proves its `mixed_bound` negative (every entry at once: `key_bounds` and `key_bound` on
+    the screen's tables; the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
+    as `CubicSets`) and |K| (ints)."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
     if not flat:
-        return set()
+        return flat, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), []
     (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
     cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
@@ -260,7 +259,10 @@ def mixed_screened(tables, sets, mixed) -> set:
         corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
                     for w in (Sc.small[Q, B], Sc.large[Q, B])]
     bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
-    return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
+    inS = np.zeros((len(flat), v), dtype=bool)
+    inS[R, T] = True
+    K = sets.K[M, Q, C]
+    return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
@@ -396,7 +398,9 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     fillings = outside_fillings(m, K, len(P))
     passed = sum((Dal[i][fillings[:, j], m] for j, i in enumerate(P)), np.zeros(len(fillings), np.int64)) < theta
     if rule == "e" and len(unclaimed):       # never credited, no test
-        claimed = ~np.isin(fillings @ m ** np.arange(len(P)), unclaimed @ m ** np.arange(len(P)))   # base-m numbers
+        listed = np.zeros(m ** len(P), dtype=bool)                  # by base-m number (m^3 <= MAX_PATTERN_WORK)
+        listed[unclaimed @ m ** np.arange(len(P))] = True
+        claimed = ~listed[fillings @ m ** np.arange(len(P))]
         passed, fillings = passed[claimed], fillings[claimed]
     weight, counted = fillings_weight(dist, fillings[passed], P) * fixed_w, int(np.count_nonzero(passed))
     if rule != "e" or np.all(passed):

@@ -71,7 +71,9 @@ def stacked_rows(tables, values, qs) -> Rows:
     E = np.maximum(BIT_LENGTH(w_hi).astype(np.int64) - WB, 0)
     wl = shifted_each(w_lo, E, False)[..., None]
     wh = shifted_each(w_hi, E, True)[..., None]
-    if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
+    size = sum(max(max(int(-a.min()), int(a.max())) for a in values[k]) for k in ("EU", "EVOU", "PVOU"))
+    # |Vl|, |Vh| <= size: each is a sum of one entry of each of the three tables
+    if size >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
     Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
     np.maximum(Hh, wl * Vh, out=Hh)
