@@ -327,6 +327,16 @@ def test_unclaimed_hint_parses_to_its_fillings():
         refine.parse_unclaimed([("0102", "a", 5, 2), ("0G", "b", 9, 1), ("0304", "c", 4, 1)], 64)
 
 
+def test_top_two_is_the_max_over_the_other_entries():
+    """rows.top_two: X[..., m] = max_{x != m} M[..., x], against the definition, on random int64 rows with
+    many ties (the maximum attained once, twice, everywhere) and huge magnitudes."""
+    rng = np.random.default_rng(3)
+    for width in (2, 3, 5, 64):
+        M = rng.integers(-3, 3, size=(200, width)) * (1 << 60) // 4 + rng.integers(-2, 2, size=(200, width))
+        want = np.array([[max(row[:m].tolist() + row[m + 1:].tolist()) for m in range(width)] for row in M])
+        assert (rows.top_two(M) == want).all()
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^E <= w V <= Hh 2^E and D >= max_{x != m} H[x] - H[m], against exact rationals of
     the integer tables (the same common scale), for every query, position, token and max token."""
