@@ -174,7 +174,9 @@ def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):
         K = np.zeros((v, v, n, v), dtype=bool)
         for (m, q, c), ks in cases.items():
             K[m, q, c, ks] = True
-        assert refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed) == exact
+        flat, proved, meets, sizes = refine.mixed_screened(T, refine.CubicSets(K, np.zeros((v, v), dtype=bool)), mixed)
+        assert {(case, tuple(S), b) for (case, S, b), p in zip(flat, proved) if p} == exact
+        assert sizes == [len(cases[case]) for case, _, _ in flat] and not meets.any()    # S is outside K here
 
 
 # ------------------------------------------------------------------------------ the pattern rules, exhaustively
@@ -216,15 +218,24 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
                         M = [i for i in range(n - 1) if i not in P]
                         theta = -int(rows.fixed_part(R, Eq, q, M, np.array([m]))[0])
                         betas = [Dal[i][:m, m] for i in P]
-                        _, _, failing = refine.separable(betas, [np.arange(m)] * c, theta, uniform(n, v), P)
-                        fails = {tuple(f) for f in failing.tolist()}
-                        claimed = [f for f in itertools.product(range(m), repeat=c) if f not in fails] if P else \
-                            ([()] if not len(failing) else [])
+                        claimed = [f for f in itertools.product(range(m), repeat=c)
+                                   if sum(int(b[t]) for b, t in zip(betas, f)) < theta]    # the top-2 bound
                         for t in group_inputs(n, m, q, P, claimed):
                             assert verdicts[t] is True, (m, q, P, t)
                         assert counted == len([f for f in claimed if not (P and all(t in K for t in f))])
                     credited_any += counted
     assert credited_any > 0
+
+
+def test_outside_fillings_are_every_filling_outside_K_once():
+    """refine.outside_fillings lists every filling of k positions below m that is not all in K, exactly once
+    (exhaustive over small m, every K and k = 0..3)."""
+    for m in range(0, 5):
+        for K in itertools.chain.from_iterable(itertools.combinations(range(m), r) for r in range(m + 1)):
+            for k in range(4):
+                got = [tuple(f) for f in refine.outside_fillings(m, list(K), k).tolist()]
+                want = [f for f in itertools.product(range(m), repeat=k) if not (k and all(t in K for t in f))]
+                assert sorted(got) == sorted(want) and len(got) == len(set(got)), (m, K, k)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -314,6 +325,16 @@ def test_unclaimed_hint_parses_to_its_fillings():
         refine.parse_unclaimed(many, 65)
     with pytest.raises(BadInput, match="^b: must be a lowercase"):
         refine.parse_unclaimed([("0102", "a", 5, 2), ("0G", "b", 9, 1), ("0304", "c", 4, 1)], 64)
+
+
+def test_top_two_is_the_max_over_the_other_entries():
+    """rows.top_two: X[..., m] = max_{x != m} M[..., x], against the definition, on random int64 rows with
+    many ties (the maximum attained once, twice, everywhere) and huge magnitudes."""
+    rng = np.random.default_rng(3)
+    for width in (2, 3, 5, 64):
+        M = rng.integers(-3, 3, size=(200, width)) * (1 << 60) // 4 + rng.integers(-2, 2, size=(200, width))
+        want = np.array([[max(row[:m].tolist() + row[m + 1:].tolist()) for m in range(width)] for row in M])
+        assert (rows.top_two(M) == want).all()
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):

@@ -210,7 +210,16 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # product_bounds, +23): exact +20; tight's Dinkelbach c_hj from one product of the stacked EVO rows (head_blocks,
 # replacing the per-head M_w rows) +4 and sigma_hi's row norms from one call over the stacked rows +2, the float
 # estimates that choose the near-worst columns kept finite-safe (tight.estimate, errstate) +7: overwhelm +36.
-BUDGETS = {"kernel": 2140, "exact": 929, "prediction": 234, "overwhelm": 764, "accuracy": 1265, "influence": 1223}
+# refine7: rule "e"'s coupled bound on the leftover fillings only (refine.sparse_coupled, replacing the full-grid
+# grid_coupled; all queries' rows in one stack) (accuracy +3). Groups of 3 free positions as flat fillings
+# outside K^P (refine.outside_fillings, replacing separable's sorted counts and its K^P subtraction; the
+# unclaimed hint removed before any test); rows.top_two by a partition, the H bounds by max / min of the two
+# ends' products (accuracy -29). sparse_coupled couples the second free position only on the fillings the
+# first leaves; fixed_weight's counting fast path (accuracy +3). mixed_screened returns per-entry arrays (the
+# disjointness from K and |K| read from the derived sets' array), rule "e"'s unclaimed fillings by a base-m
+# lookup table, rows' magnitude assertion from the three tables' maxima (accuracy +4). cubic.parse_mask reads
+# the set bits byte by byte (BYTE_BITS) (accuracy +2).
+BUDGETS = {"kernel": 2140, "exact": 929, "prediction": 234, "overwhelm": 764, "accuracy": 1248, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -35,6 +35,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
 
 
 HEX = frozenset("0123456789abcdef")
+BYTE_BITS = [[b for b in range(8) if x >> b & 1] for x in range(256)]     # the set bits of each byte value
 
 
 def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
@@ -44,7 +45,8 @@ def parse_mask(mask, where: str, v: int, m: int, c: int) -> list:
     bits = int(mask, 16)
     if (c == 0 and bits != 1) or (c > 0 and not 0 < bits < (1 << m)):
         raise BadInput(f"{where}.mask: must be 1 for c = 0, else a non-empty subset of tokens below m")
-    return [k for k, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"] if c else []     # bit k from the right
+    return [8 * j + b for j, byte in enumerate(bits.to_bytes((m + 7) // 8, "little")) for b in BYTE_BITS[byte]] \
+        if c else []                                                  # bit k from the right; bits < 2^m
 
 
 def confirmed_count(tables, cases, dist, ob) -> int:

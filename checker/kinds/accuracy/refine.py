@@ -48,7 +48,7 @@ MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) p
 MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
-QUERY_ELEMENTS = 1 << 18      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
+QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -190,25 +190,23 @@ def parse_unclaimed(hints, v: int) -> list:
 def mixed_weight(tables, cases, mixed, dist, values, ob) -> int:
     """Confirm every mixed entry (obligation "accuracy refine: mixed cases"): its set disjoint from the
     case's cubic set, its bound negative by the int64 screen, else exactly (`require_mixed`); their summed
-    weight numerators."""
-    weight, count = 0, 0
+    weight numerators (under counting, the inputs covered: C(n-1, c) C(c, b) |S|^b |K|^(c-b))."""
+    n = tables["n"]
     with ob.step("accuracy refine: mixed cases") as fig:
-        proved = mixed_screened(tables, cases, mixed)
-        for (m, q, c), entries in sorted(mixed.items()):
-            K = cases.get((m, q, c), [])
-            for S, b in entries:
-                if not set(S).isdisjoint(K):
-                    raise Rejected("", f"{case_name(m, q, c)}: the mixed set {S[:8]} meets the case's cubic set "
-                                       f"{K[:8]} (in both: {sorted(set(S) & set(K))[:8]})")
-                if ((m, q, c), tuple(S), b) not in proved:
-                    require_mixed(tables, values, (m, q, c), K, S, b)
-                covered = math.comb(tables["n"] - 1, c) * math.comb(c, b) * len(S) ** b * len(K) ** (c - b)
-                count += covered            # counting: the weight is the number of inputs covered
-                weight += covered if dist.unit and not dist.m0 else \
-                    dist.case(m, q, [(K, c - b), (S, b)] if b < c else [(S, b)])
-        fig["mixed entries confirmed"] = sum(len(e) for e in mixed.values())
-        fig["mixed entries confirmed in int64"] = len(proved)
-        fig["inputs covered by mixed entries"] = count
+        flat, proved, meets, sizes = mixed_screened(tables, cases, mixed)
+        for (m, q, c), S, _ in (flat[j] for j in np.nonzero(meets)[0][:1]):
+            K = cases.get((m, q, c))
+            raise Rejected("", f"{case_name(m, q, c)}: the mixed set {S[:8]} meets the case's cubic set "
+                               f"{K[:8]} (in both: {sorted(set(S) & set(K))[:8]})")
+        for case, S, b in (flat[j] for j in np.nonzero(~proved)[0].tolist()):
+            require_mixed(tables, values, case, cases.get(case), S, b)
+        covered = [math.comb(n - 1, c) * math.comb(c, b) * len(S) ** b * k ** (c - b)
+                   for ((_, _, c), S, b), k in zip(flat, sizes)]
+        weight = sum(covered) if dist.unit and not dist.m0 else sum(      # counting: the inputs covered
+            dist.case(m, q, [(cases.get((m, q, c)), c - b), (S, b)] if b < c else [(S, b)]) for (m, q, c), S, b in flat)
+        fig["mixed entries confirmed"] = len(flat)
+        fig["mixed entries confirmed in int64"] = int(np.count_nonzero(proved))
+        fig["inputs covered by mixed entries"] = sum(covered)
     return weight
 
 
@@ -225,14 +223,15 @@ def require_mixed(tables, values, case, K, S, b):
                            f"{show(bound * bound_scale(tables))} >= 0")
 
 
-def mixed_screened(tables, sets, mixed) -> set:
-    """The entries ((m, q, c), tuple(S), b) whose `mixed_bound` the int64 screen (screen.py) proves negative,
-    every entry at once (`key_bounds` and `key_bound` on the screen's tables; the cubic sets as `CubicSets`);
-    the rest get the exact evaluation."""
+def mixed_screened(tables, sets, mixed) -> tuple:
+    """(flat, proved, meets, sizes): the entries flat = [((m, q, c), S, b), ...], per entry whether the int64
+    screen (screen.py) proves its `mixed_bound` negative (every entry at once: `key_bounds` and `key_bound` on
+    the screen's tables; the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
+    as `CubicSets`) and |K| (ints)."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
     if not flat:
-        return set()
+        return flat, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), []
     (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
     cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
@@ -260,7 +259,10 @@ def mixed_screened(tables, sets, mixed) -> set:
         corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
                     for w in (Sc.small[Q, B], Sc.large[Q, B])]
     bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
-    return {(case, tuple(S), b) for (case, S, b), x in zip(flat, bound) if x < 0}
+    inS = np.zeros((len(flat), v), dtype=bool)
+    inS[R, T] = True
+    K = sets.K[M, Q, C]
+    return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
@@ -388,38 +390,44 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     n = tables["n"]
     M = [i for i in range(n - 1) if i not in P]
     fixed_w = fixed_weight(dist, m, q, P)
-    inK = np.zeros(m, dtype=bool)
-    inK[K] = True
     if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
         stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
         w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
         return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
-    betas = [Dal[i][:m, m] for i in P]
-    free = [np.arange(m)] * len(P)
-    counted, weight, failing = separable(betas, free, theta, dist, P, rule == "e")
-    if K:
-        k_counted, k_weight, _ = separable([b[inK] for b in betas], [f[inK] for f in free], theta, dist, P, False)
-        counted, weight = counted - k_counted, weight - k_weight
-    if rule != "e":
-        return weight * fixed_w, counted, None
-    keep = ~np.all(inK[failing], axis=1) if P else np.ones(len(failing), dtype=bool)
-    if len(unclaimed):                       # never credited: the count takes them out again; no test
-        U = np.unique(unclaimed, axis=0)
-        U = U[~np.all(inK[U], axis=1)]
-        passed = U[sum((b[U[:, j]] for j, b in enumerate(betas)), np.int64(0)) < theta]
-        counted, weight = counted - len(passed), weight - fillings_weight(dist, passed, P)
-        keep &= ~np.isin(failing @ m ** np.arange(len(P)), U @ m ** np.arange(len(P)))   # base-m numbers
-    if not np.any(keep):
-        return weight * fixed_w, counted, None
-    w, more, left = coupled_credit(rows, Eq, Dal, group, failing[keep], dist, fixed_w, n)
-    return weight * fixed_w + w, counted + more, left
+    fillings = outside_fillings(m, K, len(P))
+    passed = sum((Dal[i][fillings[:, j], m] for j, i in enumerate(P)), np.zeros(len(fillings), np.int64)) < theta
+    if rule == "e" and len(unclaimed):       # never credited, no test
+        listed = np.zeros(m ** len(P), dtype=bool)                  # by base-m number (m^3 <= MAX_PATTERN_WORK)
+        listed[unclaimed @ m ** np.arange(len(P))] = True
+        claimed = ~listed[fillings @ m ** np.arange(len(P))]
+        passed, fillings = passed[claimed], fillings[claimed]
+    weight, counted = fillings_weight(dist, fillings[passed], P) * fixed_w, int(np.count_nonzero(passed))
+    if rule != "e" or np.all(passed):
+        return weight, counted, None
+    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[~passed], dist, fixed_w, n)
+    return weight + w, counted + more, left
+
+
+def outside_fillings(m: int, K, k: int):
+    """Every filling of k positions with tokens below m not all in K, each once, as a (N, k) array (k = 0:
+    the one empty filling): grouped by the first position j holding a token outside K (a filling outside K^k
+    has exactly one such j: the positions before it hold tokens of K, those after it any token below m)."""
+    if k == 0:
+        return np.zeros((1, 0), dtype=np.int64)
+    inK = np.zeros(m, dtype=bool)
+    inK[K] = True
+    axes = lambda j: [np.nonzero(inK)[0]] * j + [np.nonzero(~inK)[0]] + [np.arange(m)] * (k - j - 1)
+    return np.concatenate([np.stack([g.ravel() for g in np.meshgrid(*axes(j), indexing="ij")], axis=1)
+                           for j in range(k)]).astype(np.int64)
 
 
 def fixed_weight(dist, m: int, q: int, P) -> int:
     """The weight numerator of the positions a group (m, q, P) fixes (m outside P, q at n-1; 0 below m0)."""
     n = dist.n
-    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q] if m >= dist.m0 else 0
+    if dist.unit or m < dist.m0:
+        return int(m >= dist.m0)
+    return math.prod(dist.a[i][m] for i in range(n - 1) if i not in P) * dist.a[n - 1][q]
 
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
@@ -429,10 +437,10 @@ def coupled_groups(stack, P, groups, dist) -> tuple:
     GRID_BANDS chunks by max token at most): the top-2 bound
     A[m] + sum_{i in P} Dal[i][t_i, m] < 0 (A as in `rows.fixed_part`) on the grid of fillings below m outside
     K^P (each token axis as long as the chunk's largest m: no filling reaches it); then, for rule "e" only,
-    the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`grid_coupled`; it is never
-    looser, so the two prove what the coupled bound alone proves). Returns (summed weight numerators,
-    number) of the fillings proved and, per rule "e" group with claimed fillings neither bound proves,
-    (q, (token rows, P, fixed weight))."""
+    the bound of `rows.coupled` on the claimed fillings the top-2 bound leaves (`sparse_coupled`, on those
+    fillings only; it is never looser, so the two prove what the coupled bound alone proves). Returns
+    (summed weight numerators, number) of the fillings proved and, per rule "e" group with claimed fillings
+    neither bound proves, (q, (token rows, P, fixed weight))."""
     rows, Eq, Dal, index = stack
     n, v = rows.E.shape[1:]
     M, k = [i for i in range(n - 1) if i not in P], len(P)
@@ -452,20 +460,22 @@ def coupled_groups(stack, P, groups, dist) -> tuple:
         F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)          # F[g, x], A[g] = max_{x != m} F[g, x]
         A = F.copy()
         A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
-        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]].reshape(grid_axes(j, len(ms), k, top))
-              for j, i in enumerate(P)]                              # Dal[i][t_i, m] on the grid
-        good = valid & (A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(Dg) < 0)
-        rest = valid & ~good & np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
-        proved = grid_coupled((rows, Eq), P, at, ms, F, Dg, rest)
-        good, rest = good | proved, rest & ~proved
-        counted += int(np.count_nonzero(good))
+        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]] for i in P]   # Dal[i][t_i, m], (g, top)
+        bad = A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(
+            D.reshape(grid_axes(j, len(ms), k, top)) for j, D in enumerate(Dg)) >= 0
+        good = valid & ~bad
+        rule_e = np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
+        idx = np.nonzero(valid & bad & rule_e)       # the claimed fillings the top-2 bound leaves (rule "e")
+        proved = sparse_coupled((rows, Eq), P, at, ms, F, Dg, idx)
+        good[tuple(a[proved] for a in idx)] = True
         free = good.reshape(len(ms), -1).sum(axis=1)
+        counted += int(free.sum())
         if not dist.unit:                            # the free positions' weights, contracted axis by axis
             free = good.astype(object)
             for i in reversed(P):
                 free = free @ dist.arrays[i][:top]
         weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(n, np.nonzero(rest), ms, qs, fixed, P)
+        left += unproved_inputs(n, tuple(a[~proved] for a in idx), ms, qs, fixed, P)
     return weight, counted, left
 
 
@@ -487,27 +497,29 @@ def grid_fillings(chunk, ms, k: int, v: int):
     return valid & ~all_K
 
 
-def grid_coupled(stack, P, at, ms, F, Dg, rest):
-    """Boolean grid (group, t_1, ..., t_k): where `rest` is set, whether the bound of `rows.coupled` proves
-    the filling, coupling one free position p at a time with the fixed rows F[group]
-    (`rows.stacked_fixed_terms`), the others by their top-2 bound (Dg, Dal on the grid):
+def sparse_coupled(stack, P, at, ms, F, Dg, idx):
+    """Per filling idx = (group, t_1, ..., t_k) (index arrays): whether the bound of `rows.coupled` proves
+    it, coupling one free position p at a time with the fixed rows F[group] (`rows.stacked_fixed_terms`),
+    the others by their top-2 bound (Dg[j][group, t], Dal on the grid):
     max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} Dal[j][t_j, m] < 0, each term aligned up
     to Eq[m] (group g's query at index at[g] of the stack; shifts >= 0 since t_p < m). The max over x is
-    taken once per (group, t_p) row that `rest` reaches."""
+    taken once per (group, t_p) row that the fillings not yet proved (by an earlier p) reach."""
     rows, Eq = stack
-    k = len(P)
-    proved = np.zeros(rest.shape, dtype=bool)
+    proved = np.zeros(len(idx[0]), dtype=bool)
     for j, p in enumerate(P):
-        r, t = np.nonzero(rest.any(axis=tuple(a + 1 for a in range(k) if a != j)))
+        open_ = np.nonzero(~proved)[0]
+        g, tj = idx[0][open_], idx[j + 1][open_]
+        reach = np.zeros(Dg[j].shape, dtype=bool)
+        reach[g, tj] = True
+        r, t = np.nonzero(reach)
         ar, mr = at[r], ms[r]
         C = F[r] + align(rows.Hh[ar, p, t] - rows.Hl[ar, p, t, mr][:, None], (Eq[ar, mr] - rows.E[ar, p, t])[:, None],
                          True)
         C[np.arange(len(r)), mr] = np.iinfo(np.int64).min          # x != m
-        Cmax = np.zeros(rest.shape[:2], dtype=np.int64)             # rows `rest` does not reach: never read
+        Cmax = np.zeros(Dg[j].shape, dtype=np.int64)               # rows no filling reaches: never read
         Cmax[r, t] = C.max(axis=1)
-        proved |= Cmax.reshape(grid_axes(j, len(ms), k, rest.shape[1])) + sum(
-            (D for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
-    return rest & proved
+        proved[open_] = Cmax[g, tj] + sum((D[g, idx[i + 1][open_]] for i, D in enumerate(Dg) if i != j), np.int64(0)) < 0
+    return proved
 
 
 def unproved_inputs(n: int, idx, ms, qs, fixed, P) -> list:
@@ -551,43 +563,11 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
 
 def fillings_weight(dist, fillings, P) -> int:
     """The summed weight numerators of the free positions P over `fillings` (N, |P|) (their number, uniformly)."""
-    return len(fillings) if dist.unit else sum(math.prod(dist.a[p][t] for p, t in zip(P, f)) for f in fillings.tolist())
+    if dist.unit or not P:
+        return len(fillings)
+    return int(math.prod(dist.arrays[p][fillings[:, j]] for j, p in enumerate(P)).sum())
 
 
 def rows_weight(dist, tok, P) -> int:
     """The summed weight numerators of the free positions P over the inputs tok (their number, uniformly)."""
     return len(tok) if dist.unit else sum(math.prod(dist.a[i][row[i]] for i in P) for row in tok.tolist())
-
-
-def separable(betas, tokens, theta: int, dist, P, failing: bool = True) -> tuple:
-    """For the fillings t of the free positions P (position P[j] ranging over tokens[j], with bounds
-    betas[j]): (how many have sum_j betas[j][t_j] < theta, their summed weight numerators (the free
-    positions' only), the fillings that do not, as token rows, when `failing`, else None). All but the last
-    position are enumerated; the last is sorted and searched."""
-    if not P:
-        return (1, 1, np.zeros((0, 0), dtype=np.int64)) if 0 < theta else (0, 0, np.zeros((1, 0), dtype=np.int64))
-    if any(len(t) == 0 for t in tokens):
-        return 0, 0, np.zeros((0, len(P)), dtype=np.int64)
-    grids = np.meshgrid(*[np.arange(len(t)) for t in tokens[:-1]], indexing="ij")
-    idx = [g.ravel() for g in grids]
-    partial = sum((b[i] for b, i in zip(betas[:-1], idx)), np.zeros(len(idx[0]) if idx else 1, np.int64))
-    order = np.argsort(betas[-1], kind="stable")
-    last = betas[-1][order]
-    k = np.searchsorted(last, theta - partial, side="left")         # fillings of the last position below
-    counted = int(k.sum())
-    if dist.unit:
-        weight = counted
-    else:
-        a = [np.array([dist.a[p][t] for t in tok], dtype=object) for p, tok in zip(P, tokens)]
-        cum = np.concatenate([[0], np.cumsum(a[-1][order])]).astype(object)
-        pre = np.ones(len(partial), dtype=object)
-        for aj, i in zip(a[:-1], idx):
-            pre = pre * aj[i]
-        weight = int(sum(pre * cum[k]))
-    if not failing:
-        return counted, weight, None
-    rest = len(last) - k
-    part = np.repeat(np.arange(len(partial)), rest)
-    pos = np.arange(int(rest.sum())) - np.repeat(np.cumsum(rest) - rest, rest) + k[part]
-    failing = np.stack([tok[i[part]] for tok, i in zip(tokens[:-1], idx)] + [tokens[-1][order[pos]]], axis=1)
-    return counted, weight, failing

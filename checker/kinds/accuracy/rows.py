@@ -42,7 +42,7 @@ def value_tables(tables, top: int | None = None) -> dict:
     """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each at most 2^top in
     magnitude (default VB-2, so that a sum of the three stays below 2^VB)."""
     names = ("EU", "EVOU", "PVOU")
-    bits = max(max(abs(int(x)) for x in tables[f"{k}_{e}"].flat).bit_length() for k in names for e in ("lo", "hi"))
+    bits = max(int(max(-a.min(), a.max())).bit_length() for a in (tables[f"{k}_{e}"] for k in names for e in ("lo", "hi")))
     s = bits - (value_bits(tables["n"]) - 2 if top is None else top)
     return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
 
@@ -71,10 +71,13 @@ def stacked_rows(tables, values, qs) -> Rows:
     E = np.maximum(BIT_LENGTH(w_hi).astype(np.int64) - WB, 0)
     wl = shifted_each(w_lo, E, False)[..., None]
     wh = shifted_each(w_hi, E, True)[..., None]
-    if max(int(np.abs(Vl).max()), int(np.abs(Vh).max())) >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
+    size = sum(max(max(int(-a.min()), int(a.max())) for a in values[k]) for k in ("EU", "EVOU", "PVOU"))
+    # |Vl|, |Vh| <= size: each is a sum of one entry of each of the three tables
+    if size >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
-    Hh = np.where(Vh >= 0, wh * Vh, wl * Vh)
-    Hl = np.where(Vl >= 0, wl * Vl, wh * Vl)
+    Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
+    np.maximum(Hh, wl * Vh, out=Hh)
+    np.minimum(Hl, wh * Vl, out=Hl)
     return Rows(Hl, Hh, E, top_two(Hh) - Hl)
 
 
@@ -85,10 +88,10 @@ def shifted_each(a, E, up: bool) -> np.ndarray:
 
 
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (the top two of each row)."""
-    srt = np.sort(M, axis=-1)
-    arg = M.argmax(axis=-1)[..., None]
-    return np.where(np.arange(M.shape[-1]) == arg, srt[..., -2:-1], srt[..., -1:])
+    """X[..., m] = max_{x != m} M[..., x] (the top two of each row: the largest, except at an entry equal to
+    it, where the second largest, itself the largest when the maximum is attained twice)."""
+    top = np.partition(M, -2, axis=-1)[..., -2:]
+    return np.where(M == top[..., 1:], top[..., :1], top[..., 1:])
 
 
 def align(x, s, up: bool):
