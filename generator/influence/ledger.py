@@ -32,3 +32,7 @@ class FillLedger:
         value = round_up(bound())
         self.claimed[name] = value
         return value
+
+    def optional(self, name, bound) -> Fraction:
+        """Record and return the optional constant `name` (the generator always states it)."""
+        return self.const(name, bound)

@@ -151,7 +151,7 @@ def attention(B, ld, model, layer, ln: LNMap, before: Induction, cap, n_max, pow
 def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induction:
     """Block `layer`: the induction hypothesis after it from the one before it (constants B, spread, E and
     cap of index layer + 1). A position m != i moves by <= delta before the block; its attention output by
-    <= 2 r_att, its MLP output by <= min(2 r_mlp, lip_mlp * (its input's move)) (step 6)."""
+    <= 2 r_att, its MLP output by <= min(2 r_mlp, diameter_mlp, lip_mlp * (its input's move)) (step 6)."""
     cfg = model.config
     ln1 = layer_norm_map(B, ld, model, f"blocks.{layer}.ln1" if cfg.has_norm else None, f"L{layer}.ln1",
                          before.bound, before.reach)
@@ -168,8 +168,9 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
             B, ld, model, (f"blocks.{layer}.ln1" if cfg.shared_ln else f"blocks.{layer}.ln2") if cfg.has_norm else None,
             f"L{layer}.ln2", ln2_bound, ln2_reach)
         m = mlp(B, ld, model, layer, ln2, power)
-        E += min(m.lip * E_in, 2 * m.radius * cap)
-        spread += min(2 * m.radius, m.lip * moved_in)
+        diameter = 2 * m.radius if m.diameter is None else min(2 * m.radius, m.diameter)
+        E += min(m.lip * E_in, diameter * cap)
+        spread += min(diameter, m.lip * moved_in)
         bound, reach = bound + m.out, add_ball(B, reach, m.centre, m.radius)
     bound = ld.const(f"B{layer + 1}", lambda: bound)
     spread = ld.const(f"spread{layer + 1}", lambda: spread)

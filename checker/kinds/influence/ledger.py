@@ -82,6 +82,11 @@ class Ledger:
             self.ob.require(value >= need, f"claimed {show(value)} is below the recomputed bound {show(need)}")
         return value
 
+    def optional(self, name: str, bound) -> Fraction | None:
+        """An optional constant: None when the evidence does not name it (the derivation then does without it),
+        else checked like every other by `const`."""
+        return self.const(name, bound) if name in self.claimed else None
+
     def require_all_used(self):
         """A constant the derivation never asked for is a malformed certificate, not a weaker one."""
         unused = sorted(set(self.claimed) - self.used)

@@ -16,7 +16,8 @@ N = sum_(r != j) up(e_r) (e^eps_r dv_r + (e^eps_r - 1) dist_r), Z_low = sum_(r !
 ||v_r - o||, W = rv + ||c0 - o|| >= ||v'_j - o|| (and >= ||o' - o||: o' averages values in the ball), E_max the
 largest exp-score position j can have. The LayerNorm's Lipschitz factor at an unchanged position is
 1/sqrt(max(0, ||P x_i|| - delta_i)^2/d + eps), from x_i's own centred norm (the segment to x'_i stays that far
-from 0). The MLP moves by <= ||W_out|| Lip(act) ||M_in|| times its input's LN move.
+from 0). The MLP moves by <= ||W_out|| Lip(act) ||M_in|| times its input's LN move, and by <= its diameter over
+the LN ball (`sublayers.mlp_diameter`).
 """
 
 from fractions import Fraction
@@ -27,7 +28,7 @@ from tcert.checker.errors import BadInput
 from tcert.checker.forward import (Weights, act_lipschitz, attn_divisor, layer_norm, ln_names, mlp, rotary_angles,
                                    rotary_pairs, rotate)
 from tcert.checker.kinds.influence.norms import max_row_dist, operator_norm, row_dists, vector_norm
-from tcert.checker.kinds.influence.sublayers import LNMap, finite_inputs, fold, fold_norm, shift
+from tcert.checker.kinds.influence.sublayers import SPLIT_ACTS, LNMap, finite_inputs, fold, fold_norm, mlp_diameter, shift
 
 POWER = 6   # trace-power squarings per operator norm: overestimates by at most rank^(1/128), cheap at head sizes
 
@@ -54,7 +55,8 @@ def centred_low(B, row) -> Fraction:
 
 def block_constants(B, model, layer: int) -> dict:
     """Block `layer`'s weight constants: per head ||Mq||, ||Mk||, ||Mv W_O|| (folded by LN1), key_max >= the norm
-    of any key, the value ball (c0, rv); the MLP's ||W_out|| Lip(act) ||M_in|| (M_in folded by LN2)."""
+    of any key, the value ball (c0, rv); the MLP's ||W_out|| Lip(act) ||M_in|| (M_in folded by LN2) and the
+    diameter of its outputs over the LN ball (`sublayers.mlp_diameter`)."""
     cfg, t, p = model.config, model.tensors, f"blocks.{layer}.attn."
     root = B.upper(B.sqrt(B.num(cfg.d_model)))
     ln1, ln2 = ln_names(cfg, layer)
@@ -76,13 +78,14 @@ def block_constants(B, model, layer: int) -> dict:
             c.update(c0=c0, rv=max_row_dist(B, vals, c0),
                      key_max=max_row_dist(B, finite @ B.array(W_K) + ones @ B.array(t[p + "b_K"][h])))
         heads.append(c)
-    lip = None
+    lip = diameter = None
     if not cfg.attn_only:
         second = LNMap(Fraction(1), root, t[ln2 + ".w"], t[ln2 + ".b"])
         q = f"blocks.{layer}.mlp."
-        lip = (operator_norm(B, [t[q + "W_out"]], POWER) * act_lipschitz(B, cfg.act_fn)
-               * fold_norm(B, second, t[q + "W_in"], POWER))
-    return {"heads": heads, "mlp": lip, "root": root}
+        s_out, s_in = operator_norm(B, [t[q + "W_out"]], POWER), fold_norm(B, second, t[q + "W_in"], POWER)
+        lip = s_out * act_lipschitz(B, cfg.act_fn) * s_in
+        diameter = mlp_diameter(B, model, layer, second, s_in, s_out, POWER) if cfg.act_fn in SPLIT_ACTS else 2 * lip * root
+    return {"heads": heads, "mlp": lip, "diameter": diameter, "root": root}
 
 
 def actual_pass(B, model, tokens) -> list:
@@ -296,7 +299,7 @@ def moved_last(B, cfg, states, j: int, n: int, cands) -> list:
             mid = delta[i] + move
             if st["consts"]["mlp"] is not None:   # and its output stays in a ball of radius lip sqrt(d)
                 into, lip = delta[i] if cfg.parallel_attn_mlp else mid, st["consts"]["mlp"]
-                mid += lip * min(ln_lip(B, cfg, st["nu2"][i], into) * into, 2 * root)
+                mid += min(lip * min(ln_lip(B, cfg, st["nu2"][i], into) * into, 2 * root), st["consts"]["diameter"])
             new[i] = mid
         delta = new
         out.append(max((delta[i] for i in queries), default=Fraction(0)))

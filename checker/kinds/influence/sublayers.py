@@ -70,12 +70,32 @@ def layer_norm_map(B, ld, model, prefix, name, bound, reach) -> LNMap:
 
 class MLPBounds(NamedTuple):
     """An MLP sublayer: its output lies in ball(centre, radius) (centre a row of interval scalars), its norm
-    is <= out, and it moves by <= lip ||x - x'|| (and by <= 2 radius)."""
+    is <= out, and it moves by <= lip ||x - x'|| and by <= 2 radius (and by <= diameter unless None)."""
 
     centre: list
     radius: Fraction
     out: Fraction
     lip: Fraction
+    diameter: Fraction | None = None
+
+
+SPLIT_ACTS = ("relu", "gelu", "gelu_new", "silu")   # act(z) - act(-z) = z: the split in `mlp_diameter` holds
+
+
+def mlp_diameter(B, model, layer, ln: LNMap, s_in, s_out, power) -> Fraction:
+    """Upper bound of ||f(g) - f(g')|| over |g|, |g'| <= R = radius(ln), f(g) = act(g M + z0) W_out + b_out.
+    act(z) - act(-z) = z gives act = (id + h)/2 with h(z) = act(z) + act(-z) even; act' + act'(-.) = 1 and
+    |act'| <= Lip put act' in [1 - Lip, Lip], so |h'| <= e = 2 Lip - 1 and, h being even, |h(a) - h(b)| <=
+    e ||a| - |b||. With s = (g + g')/2, v = (g - g')/2 (|s|^2 + |v|^2 <= R^2) and a = s M + z0, b = v M:
+    f(g) - f(g') = v M W_out + (h(a + b) - h(a - b)) W_out / 2, and ||a + b| - |a - b|| <= 2 min(|a|, |b|)
+    per unit, so with m1 = ||M W_out|| / 2, c = e ||W_out|| ||M|| / 2 the change is <= 2 m1 |v| + 2 c
+    min(|v|, |s| + |z0| / ||M||) <= min((m1 + c) 2R, 2R sqrt(m1^2 + c^2) + e ||W_out|| |z0|)."""
+    t, p = model.tensors, f"blocks.{layer}.mlp."
+    m1 = operator_norm(B, [fold(B, ln, t[p + "W_in"]) @ B.array(t[p + "W_out"])], power) / 2
+    e = 2 * act_lipschitz(B, model.config.act_fn) - 1
+    c, R = e * s_out * s_in / 2, ln.radius
+    z0 = vector_norm(B, shift(B, ln, t[p + "W_in"], t[p + "b_in"]))
+    return min((m1 + c) * 2 * R, 2 * R * B.upper(B.sqrt(B.num(m1 * m1 + c * c))) + e * s_out * z0)
 
 
 def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
@@ -93,7 +113,9 @@ def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
     radius = ld.const(name + "radius", lambda: act * s_out * s_in * ln.radius)
     out = ld.const(name + "out", lambda: vector_norm(B, B.matrix([centre])) + radius)
     lip = ld.const(name + "lip", lambda: s_out * act * s_in * ln.lip)
-    return MLPBounds(centre, radius, out, lip)
+    diameter = (ld.optional(name + "diameter", lambda: mlp_diameter(B, model, layer, ln, s_in, s_out, power))
+                if model.config.act_fn in SPLIT_ACTS else None)
+    return MLPBounds(centre, radius, out, lip, diameter)
 
 
 def gated_mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
