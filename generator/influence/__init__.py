@@ -8,7 +8,8 @@ estimate would have to repeat that work (the checker's time is the generator's t
   ledger.py     FillLedger: records each constant the derivation asks for
   constants.py  influence_parts / influence_certificate: certify with the checker's derivation, then write
   corollary.py  corollary_certificate: the largest R the checker's movement bound allows on one input
-  search.py     adversarial_influence: the worst influence a search finds (tightness, tests)
+  search.py     adversarial_influence: the worst influence a search finds (tightness, tests); strong_influence:
+                the causal search with prefix key/value reuse (prefix_cache, suffix_states, context_ascent)
   models.py     toy_model, robust_toy_model, write_examples (the shipped certificates/influence/)
   cli.py        `tcert influence` and the demo section
 """

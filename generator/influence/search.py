@@ -188,3 +188,239 @@ def structured_influence(model, n: int, starts: int = 4, rounds: int = 2, pool: 
             arg = (f, q, i, a, b) if dy > best_y else arg
             best_y, best_p = max(best_y, dy), max(best_p, dp)
     return (best_y, best_p, arg) if witness else (best_y, best_p)
+
+
+# ----------------------------------------------------------------------------- causal key/value reuse
+# In a causal model a change at position i leaves every position < i untouched in every block, so their keys
+# and values can be computed once (`prefix_cache`) and each candidate input only recomputes its suffix
+# (`suffix_states`): at n = 1024 with the change at n - 2 a candidate costs two positions, not 1,024.
+
+
+def _keys_values(W, i, a, start):
+    """Keys and values (B, s, H, d_head) of block i from normalised input a (B, s, D) at positions
+    start..start+s-1, keys rotated as `_attention` rotates them (heads repeated for grouped queries)."""
+    from tcert.generator.model.forward import apply_rotary, rotary_cos_sin
+    c = W.c
+    B, s, _ = a.shape
+    hd = c.n_heads * c.d_head
+    k = (a @ W.qkv_w[i][:, hd:2 * hd] + W.qkv_b[i][hd:2 * hd]).reshape(B, s, c.n_heads, c.d_head)
+    v = (a @ W.qkv_w[i][:, 2 * hd:] + W.qkv_b[i][2 * hd:]).reshape(B, s, c.n_heads, c.d_head)
+    if c.rotary:
+        cos, sin = rotary_cos_sin(W, np.arange(start, start + s))
+        k = apply_rotary(k, cos, sin, c.rotary_dim, c.rotary_adjacent_pairs)
+    return k, v
+
+
+def prefix_cache(model, prefix) -> dict:
+    """The keys and values of every block at positions 0..m-1 of one input prefix (m,) of a causal model:
+    what any input starting with `prefix` shows its later positions (float64, `suffix_states` reads it)."""
+    from tcert.generator.model.forward import _block, _embed, _ln, _weights
+    W = _weights(model)
+    c = W.c
+    if c.attention_dir != "causal":
+        raise ValueError("prefix_cache needs a causal model (a bidirectional prefix sees the suffix)")
+    prefix = np.asarray(prefix, dtype=np.intp).reshape(1, -1)
+    m = prefix.shape[1]
+    if m == 0:
+        empty = np.zeros((0, c.n_heads, c.d_head))
+        return {"m": 0, "kv": [(empty, empty)] * c.n_layers}
+    resid, kv = _embed(W, prefix), []
+    for i in range(c.n_layers):
+        k, v = _keys_values(W, i, _ln(W, resid, f"blocks.{i}.ln1"), 0)
+        kv.append((k[0], v[0]))
+        if i < c.n_layers - 1:
+            resid = _block(W, i, resid)
+    return {"m": m, "kv": kv}
+
+
+def _cached_attention(W, i, a, cache, q_from):
+    """Attention of block i for suffix rows a (B, s, D) at positions m.. behind the cached prefix; queries
+    only for suffix positions >= q_from. Returns (B, s - q_from, D), as `_attention` on the whole input."""
+    from tcert.generator.model.forward import apply_rotary, rotary_cos_sin
+    c, m = W.c, cache["m"]
+    B, s, _ = a.shape
+    H, dh = c.n_heads, c.d_head
+    k, v = _keys_values(W, i, a, m)
+    q = (a[:, q_from:] @ W.qkv_w[i][:, :H * dh] + W.qkv_b[i][:H * dh]).reshape(B, s - q_from, H, dh)
+    if c.rotary:
+        cos, sin = rotary_cos_sin(W, np.arange(m + q_from, m + s))
+        q = apply_rotary(q, cos, sin, c.rotary_dim, c.rotary_adjacent_pairs)
+    q = q.transpose(0, 2, 1, 3)                                          # (B, H, nq, dh)
+    kc, vc = cache["kv"][i]
+    own = np.matmul(q, k.transpose(0, 2, 3, 1)) / W.scale                # (B, H, nq, s)
+    own = np.where(np.arange(s)[None, :] > np.arange(q_from, s)[:, None], -np.inf, own)
+    scores = np.concatenate([np.matmul(q, kc.transpose(1, 2, 0)) / W.scale, own], axis=-1)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    z = np.matmul(p[..., :m], vc.transpose(1, 0, 2)) + np.matmul(p[..., m:], v.transpose(0, 2, 1, 3))
+    z = z.transpose(0, 2, 1, 3).reshape(B, s - q_from, H * dh)
+    return z @ W.o_w[i] + W.t[f"blocks.{i}.attn.b_O"]
+
+
+def _cached_block(W, i, resid, cache, q_from):
+    """Block i on suffix rows resid (B, s, D) behind the cached prefix, as `forward._block` on the whole input."""
+    from tcert.generator.model.forward import _ln, _mlp
+    p = f"blocks.{i}."
+    out = resid[:, q_from:] + _cached_attention(W, i, _ln(W, resid, p + "ln1"), cache, q_from)
+    if W.c.attn_only:
+        return out
+    ln2 = p + ("ln1" if W.c.shared_ln else "ln2")
+    return out + _mlp(W, i, _ln(W, resid[:, q_from:] if W.c.parallel_attn_mlp else out, ln2))
+
+
+def suffix_states(model, cache, suffixes, chunk: int = 256):
+    """(final residual, next-token distribution) at the last position of each input prefix + suffix, for the
+    rows of `suffixes` (B, s) behind the prefix of `cache` (`prefix_cache`): `last_states` of the whole inputs,
+    computing positions >= m only."""
+    from tcert.generator.model.forward import _unembed, _weights
+    W = _weights(model)
+    suffixes = np.asarray(suffixes, dtype=np.intp)
+    m, s = cache["m"], suffixes.shape[1]
+    if s < 1 or m + s > W.c.n_ctx:
+        raise ValueError(f"suffix of {s} positions behind {m}: need 1 <= s and m + s <= n_ctx")
+    ys = []
+    for r in range(0, len(suffixes), chunk):
+        resid = W.t["embed.W_E"][suffixes[r:r + chunk]]
+        if W.c.positional_embedding_type == "standard":
+            resid = resid + W.t["pos_embed.W_pos"][m:m + s]
+        for i in range(W.c.n_layers):
+            resid = _cached_block(W, i, resid, cache, s - 1 if i == W.c.n_layers - 1 else 0)
+        ys.append(resid[:, -1])
+    y = np.concatenate(ys)
+    lg = _unembed(W, y)
+    p = np.exp(lg - lg.max(axis=1, keepdims=True))
+    return y, p / p.sum(axis=1, keepdims=True)
+
+
+def cache_head(cache, m: int) -> dict:
+    """The cache of the first m positions of `cache`'s prefix (a prefix of a prefix: the same keys and values)."""
+    if not 0 <= m <= cache["m"]:
+        raise ValueError(f"cache of {cache['m']} positions has no head of {m}")
+    return {"m": m, "kv": [(k[:m], v[:m]) for k, v in cache["kv"]]}
+
+
+def context_pairs(model, tokens, i, cands, cache=None, chunk: int = 256):
+    """The worst pair (a, b) of tokens from `cands` at position i of the causal input `tokens` (the others
+    fixed): (||y_a - y_b||_2, ||p_a - p_b||_1 of that pair, a, b), all pairwise distances of one batch;
+    `cache` (of tokens[:i] or longer) is reused."""
+    tokens, cands = np.asarray(tokens, dtype=np.intp), np.asarray(cands, dtype=np.intp)
+    cache = prefix_cache(model, tokens[:i]) if cache is None else cache_head(cache, i)
+    rows = np.repeat(tokens[None, i:], len(cands), axis=0)
+    rows[:, 0] = cands
+    y, p = suffix_states(model, cache, rows, chunk)
+    dy, (a, b), dp = pair_distances(y, p, every_p=False)
+    return dy, dp, int(cands[a]), int(cands[b])
+
+
+def pair_movement(model, tokens, i, a, b):
+    """(||y - y'||_2, ||p - p'||_1) of the two inputs `tokens` with a, and with b, at position i (float64)."""
+    rows = np.repeat(np.asarray(tokens, dtype=np.intp)[None], 2, axis=0)
+    rows[:, i] = a, b
+    y, p = last_states(model, rows)
+    return float(np.linalg.norm(y[0] - y[1])), float(np.abs(p[0] - p[1]).sum())
+
+
+def low_keys(model, q, count: int) -> np.ndarray:
+    """Fillers for last token q: per head of block 0, the tokens whose keys q's query scores lowest (positions
+    and rotations ignored), taken in turn from each head's ranking until `count` distinct tokens. Beside such
+    fillers one changed key can take most of a head's weight in a long row."""
+    from tcert.generator.model.forward import _ln, _weights
+    W, cfg = _weights(model), model.config
+    H, dh = cfg.n_heads, cfg.d_head
+    u = _ln(W, W.t["embed.W_E"], "blocks.0.ln1")
+    qkv = u @ W.qkv_w[0] + W.qkv_b[0]
+    ranks = [np.argsort(qkv[:, (H + h) * dh:(H + h + 1) * dh] @ qkv[q, h * dh:(h + 1) * dh], kind="stable")
+             for h in range(H)]
+    out = []
+    for t in np.stack(ranks, axis=1).reshape(-1):
+        if int(t) not in out:
+            out.append(int(t))
+        if len(out) == count:
+            break
+    return np.array(out, dtype=np.intp)
+
+
+def constructed_influence(model, n, queries, fillers_per_query: int = 4, offsets=(2, 3, 5, 9), pool=None,
+                          seed: int = 0, chunk: int = 256, keep: int = 4):
+    """Inputs built to let one changed token dominate attention: filler f everywhere (f among `low_keys` of q),
+    last token q (each of `queries`), the changed position i = n - o for o in `offsets`, and the worst pair
+    there over `pool` tokens (None: every token) with the prefix's keys and values reused. Returns the `keep`
+    largest as (||y - y'||_2, ||p - p'||_1, tokens, i, a, b), largest first (causal models)."""
+    rng = np.random.default_rng(seed)
+    V = model.config.d_vocab
+    found = []
+    for q in queries:
+        for f in low_keys(model, int(q), fillers_per_query):
+            base = np.full(n, int(f), dtype=np.intp)
+            base[-1] = int(q)
+            cache = prefix_cache(model, base[:n - min(offsets)])
+            for o in offsets:
+                if not 2 <= o <= n:
+                    continue
+                cands = np.arange(V) if pool is None or pool >= V else np.sort(rng.choice(V, pool, replace=False))
+                dy, dp, a, b = context_pairs(model, base, n - o, cands, cache, chunk)
+                found.append((dy, dp, base.copy(), n - o, a, b))
+    found.sort(key=lambda r: -r[0])
+    return found[:keep]
+
+
+def context_ascent(model, tokens, i, a, b, positions, candidates=None, rounds: int = 1, seed: int = 0,
+                   chunk: int = 256):
+    """Coordinate ascent over the context of a fixed changed pair: for each position j in `positions` (j != i)
+    in turn, the token there (among `candidates` random tokens and the current one; None: every token) that
+    makes ||y_a - y_b|| largest for the inputs `tokens` with a, and with b, at i; every row recomputes only
+    the positions from min(positions, i) on. Returns (||y_a - y_b||, tokens), the value never below the start."""
+    rng = np.random.default_rng(seed)
+    V = model.config.d_vocab
+    tokens = np.array(tokens, dtype=np.intp)
+    positions = [int(j) for j in positions if int(j) != i]
+    start = min(positions + [i])
+    cache = prefix_cache(model, tokens[:start])
+    best = None
+    for _ in range(rounds):
+        for j in positions:
+            cands = np.arange(V) if candidates is None or candidates >= V else rng.choice(V, candidates, replace=False)
+            cands = np.unique(np.append(cands, tokens[j]))
+            rows = np.repeat(tokens[None, start:], 2 * len(cands), axis=0)
+            rows[:, j - start] = np.repeat(cands, 2)
+            rows[:, i - start] = np.tile([a, b], len(cands))
+            y, _ = suffix_states(model, cache, rows, chunk)
+            d = np.linalg.norm(y[0::2] - y[1::2], axis=1)
+            k = int(np.argmax(d))
+            if best is None or d[k] > best:
+                best, tokens[j] = float(d[k]), cands[k]
+    return best, tokens
+
+
+def strong_influence(model, n, starts=None, offset: int = 2, depth: int = 8, rounds: int = 2, pool=None,
+                     seed: int = 0, chunk: int = 256):
+    """The strongest search here, for causal models and long inputs: per start (f, q) (default: `sharp_seeds`
+    and each of the 4 most `fragile_tokens` q with its first `low_keys` filler) the input f...f q, the changed
+    position i = n - offset and its worst pair over `pool` tokens (None: every token), then `rounds` of
+    `context_ascent` over the last token and the `depth` positions before i (every token tried) and a new
+    worst pair at i. Every candidate recomputes only the positions from i - depth on (`prefix_cache`).
+    Returns (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of the largest found: the two inputs are `tokens`
+    with a, and with b, at i (a lower bound on the worst case)."""
+    V = model.config.d_vocab
+    if starts is None:
+        starts = list(sharp_seeds(model)) + [(int(low_keys(model, int(q), 1)[0]), int(q))
+                                             for q in fragile_tokens(model, 4)]
+    rng = np.random.default_rng(seed)
+    i = n - offset
+    if not 0 <= i < n - 1:
+        raise ValueError(f"offset {offset}: the changed position must be a non-final one of n = {n}")
+    positions = [n - 1] + [j for j in range(i + 1, n - 1)] + list(range(i - 1, max(-1, i - 1 - depth), -1))
+    best = (0.0, 0.0, None, i, 0, 0)
+    for f, q in starts:
+        tokens = np.full(n, int(f), dtype=np.intp)
+        tokens[-1] = int(q)
+        cands = np.arange(V) if pool is None or pool >= V else np.sort(rng.choice(V, pool, replace=False))
+        dy, dp, a, b = context_pairs(model, tokens, i, cands, chunk=chunk)
+        for r in range(rounds):
+            _, tokens = context_ascent(model, tokens, i, a, b, positions, seed=seed + r, chunk=chunk)
+            dy, dp, a, b = context_pairs(model, tokens, i, np.arange(V) if pool is None else
+                                         np.unique(np.concatenate([cands, [a, b]])), chunk=chunk)
+        if dy > best[0]:
+            best = (dy, dp, tokens.copy(), i, a, b)
+    return best
