@@ -302,22 +302,38 @@ def _add_block(target, rows, cols, part):
 
 
 def _digit_products(a: Slices, b: Slices, pairs) -> Exact:
-    """Exact sum over (s, t) in `pairs` of a_s @ b_t 2^-(s+t+2)bits, one term per offset."""
+    """Exact sum over (s, t) in `pairs` of a_s @ b_t 2^-(s+t+2)bits, one term per offset. The left digits of
+    one right digit t are stacked and multiplied in one BLAS call (`_stacked`): each entry of the stacked
+    product is still one dot product a_s[i, :] . b_t[:, j] of the pair (s, t), so its own bound applies."""
     _require(a.axis == 0 and b.axis == 1 and a.bits == b.bits, "factors cut for the wrong sides")
     _require(a.shape[1] == b.shape[0], f"inner dimensions {a.shape[1]} and {b.shape[0]} differ")
     (m, k), n = a.shape, b.shape[1]
-    groups = {}
+    groups, by_t = {}, {}
     for s, t in pairs:
-        rows, cols = a.index[s], b.index[t]
-        if not len(rows) or not len(cols):
-            continue
-        for start in range(0, k, MAX_BLOCK):
-            stop = min(k, start + MAX_BLOCK)
-            bound = _pair_bound(a, s, b, t, stop - start)
-            _require_exact(bound)
-            part = a.digits[s][:, start:stop] @ b.digits[t][start:stop, :]
-            _accumulate(groups, -(s + t + 2) * a.bits, rows, cols, part, bound, (m, n))
+        if len(a.index[s]) and len(b.index[t]):
+            by_t.setdefault(t, []).append(s)
+    for start in range(0, k, MAX_BLOCK):
+        stop, stacks = min(k, start + MAX_BLOCK), {}
+        for t, ss in by_t.items():
+            for s, part in _stacked(a, ss, b.digits[t], start, stop, stacks):
+                bound = _pair_bound(a, s, b, t, stop - start)
+                _require_exact(bound)
+                _accumulate(groups, -(s + t + 2) * a.bits, a.index[s], b.index[t], part, bound, (m, n))
     return Exact(tuple((o, *groups[o], 1) for o in sorted(groups)), a.scale, b.scale, a.bits)
+
+
+def _stacked(a: Slices, ss: list, right, start: int, stop: int, stacks: dict):
+    """[(s, a_s[:, start:stop] @ right[start:stop])] for the left digits ss, by one product of the digits
+    stacked row-wise (made once per ss in `stacks`; a single digit: its own product), then cut back into
+    each digit's rows."""
+    if len(ss) == 1:
+        return [(ss[0], a.digits[ss[0]][:, start:stop] @ right[start:stop])]
+    key = tuple(ss)
+    if key not in stacks:
+        stacks[key] = np.vstack([a.digits[s][:, start:stop] for s in ss])
+    whole = stacks[key] @ right[start:stop]
+    ends = np.cumsum([0] + [a.digits[s].shape[0] for s in ss])
+    return [(s, whole[lo:hi]) for s, lo, hi in zip(ss, ends[:-1], ends[1:])]
 
 
 def point_product(a: Slices, b: Slices) -> Exact:

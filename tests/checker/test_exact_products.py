@@ -222,6 +222,34 @@ def test_digits_at_the_magnitude_bound_are_exact_in_blas():
                        for v, s in zip(ints_c[i], e[i]))
 
 
+def test_stacked_left_digits_at_the_magnitude_bound_are_exact_in_blas():
+    """Two left digits, each 2^b - 1 on every entry, stacked into one BLAS call per right digit
+    (`_stacked`) at k = 2^(53 - 2b): every digit pair at the bound, each output row block checked against
+    Python integers, and the stacking really used (one product per right digit)."""
+    rng = np.random.default_rng(11)
+    k = 512
+    b = ep.bits_for(k)
+    digit = (1 << b) - 1
+    top = sum(digit * 2.0 ** (-(s + 1) * b) for s in range(2))     # 2 digits of 2^b - 1 (2b <= 53 bits)
+    a = np.full((30, k), top) * rng.choice([-1.0, 1.0], size=(30, k), p=[0.05, 0.95])
+    w = np.full((k, 200), 1 - 2.0 ** -b)
+    cut_a, cut_w = ep.cut_rows(a, b), ep.cut_cols(w, b)
+    assert len(cut_a.digits) == 2 and len(cut_w.digits) == 1
+    calls = []
+    real = ep._stacked
+    ep._stacked = lambda *args: calls.append(args[1]) or real(*args)
+    try:
+        c = ep.point_product(cut_a, cut_w)
+    finally:
+        ep._stacked = real
+    assert calls == [[0, 1]]
+    want = np.sign(a).astype(np.int64).sum(axis=1).tolist()
+    got = exact_fractions(c)
+    for i in range(30):
+        exact = Fraction(want[i]) * Fraction(top) * Fraction(1 - 2.0 ** -b)
+        assert all(v == exact for v in got[i])
+
+
 def test_large_float32_product_matches_modular_arithmetic():
     """A 48 x 512 by 512 x 700 float32 product with wide exponents and subnormals (BLAS in its real
     regime): its exact integers agree with an independent int64 computation modulo two primes."""
