@@ -169,12 +169,13 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split):
-    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`):
-    each radius an upper bound of the row's distance from the cut centre; None for None."""
+def trimmed_centre(split, prec: int):
+    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
+    `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
+    the cut centre; None for None."""
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split)
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
     return parts, sqrt_sum_up(pairs)
 
 
@@ -186,7 +187,7 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B))
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec)
     if out is None:
         return None
     (c1, c2), radius = out
@@ -273,7 +274,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False))
+        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False), B.prec)
         if out is None:
             return None
         v, rho = out
@@ -286,7 +287,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     iota, delta = ball
     scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
     folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
-    t = trimmed_centre(exact_rounding.split_centre(folded or scaled))
+    t = trimmed_centre(exact_rounding.split_centre(folded or scaled), B.prec)
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -356,7 +357,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
     out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])))
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec)
     if out is None:
         return None
     parts, rounding = out
