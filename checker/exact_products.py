@@ -217,6 +217,37 @@ def cut_cols(x, bits: int, top=None) -> Slices:
     return _cut(np.asarray(x), bits, 1, top)
 
 
+def cut_sum_rows(parts, bits: int, top):
+    """The exact sum of float64 parts (m x k each, |part| < 2^top per row) cut as one left factor on the scale
+    `top`, or None where its first digit would pass 2^bits. Each part is cut (`cut_rows`: digits below 2^bits),
+    the digits of one index s added, then carried from the last digit up: q = trunc(d_s 2^-bits), d_s -= q 2^bits,
+    d_(s-1) += q. These are float operations on integers below 2^53 with exact results (sums, power-of-two
+    scalings of integers by 2^-bits, bits <= 26, trunc), and a carry keeps the value sum_s d_s 2^-(s+1)bits,
+    so the digits hold the parts' exact sum, with |d_s| < 2^bits for s >= 1. |d_0| <= 2^bits is required
+    (else None: the caller cuts each part): then with right digits below 2^bits every partial sum is below
+    k 2^(2 bits) <= 2^53 (`bits_for`), and the measured bounds are checked before each product as always. A
+    product then has one row per digit of the sum instead of one per digit of each part."""
+    m, k = parts[0].shape
+    full = {}
+    for p in parts:
+        cut = cut_rows(p, bits, top)
+        for s, (idx, d) in enumerate(zip(cut.index, cut.digits)):
+            if len(idx):
+                full.setdefault(s, np.zeros((m, k)))[idx] += d
+    for s in range(max(full, default=0), 0, -1):
+        q = np.trunc(np.ldexp(full[s], -bits)) if s in full else None
+        if q is not None and q.any():
+            full[s] = full[s] - np.ldexp(q, bits)
+            full[s - 1] = full[s - 1] + q if s - 1 in full else q
+    if 0 in full and np.abs(full[0]).max(initial=0.0) > 2.0 ** bits:
+        return None
+    out = {}
+    for s, d in full.items():       # each digit compressed to the rows that have it, as `_cut` does
+        i = np.flatnonzero(d.any(axis=1))
+        out[s] = [(i, d[i], _digit_stats(d[i], 0))]
+    return _assemble(out, (m, k), 0, np.asarray(top, dtype=np.int64), bits)
+
+
 # --- exact products ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
