@@ -251,6 +251,22 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
     return recentre(B, B.matrix(out), errs)
 
 
+ONE_PART_PREC = 48   # at working precisions up to this, a transcendental factor enters as one float64 part
+
+
+def near_parts(ball, prec: int):
+    """`_near_ball`'s ((p1, p2), d) with |x - p1 - p2| <= d as one part where the working precision `prec` is
+    at most ONE_PART_PREC (its 53 bits are ~2^-5 of that precision's roundings; one part has fewer digits to
+    multiply): ((p1,), d') with d' = the float64 after fl(d + |p2|) >= d + |p2| (for a, b >= 0, fl(a + b) is
+    within half a spacing of a + b, and a subnormal sum is exact), so |x - p1| <= d'; None where d' is not
+    finite; else the ball as it is (None stays None)."""
+    if ball is None or prec > ONE_PART_PREC:
+        return ball
+    (p1, p2), d = ball
+    wide = np.nextafter(d + np.abs(p2), np.inf)
+    return ((p1,), wide) if np.isfinite(wide).all() else None
+
+
 def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
     """`normalise` by the exact layer, when it is on and X's centres are points: w, b float64 rows (None:
     none), `centring` the point matrix d I - 11^T (None: RMSNorm). None where the layer does not apply.
@@ -281,7 +297,8 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     sq = exact_products.row_sums(exact_products.entrywise([v, v]))
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
-        ball = fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data)
+        ball = near_parts(fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data),
+                          B.prec)
     if ball is None:
         return None
     iota, delta = ball
@@ -321,10 +338,11 @@ class Rotation(NamedTuple):
     delta: list
 
 
-def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int):
+def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
     """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
-    backend `B`, e.g. at a raised precision), or None where it gives no float64 parts (`_near_ball`)."""
-    balls = [B._near_ball(B.matrix([list(row) for row in rows]).data) for rows in zip(*cos_sin)]
+    backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
+    where it gives no float64 parts (`_near_ball`)."""
+    balls = [near_parts(B._near_ball(B.matrix([list(row) for row in rows]).data), prec) for rows in zip(*cos_sin)]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls

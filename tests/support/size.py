@@ -216,8 +216,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # width by working precision (exact_rounding.trim_below: 63 bits kept at <= 48, 84 above) exact +3. tcert-check
 # imports every library for its versions only where they are printed (--json, --report): kernel +1. A point
 # of several float64 parts cut as one sum with exact carries (exact_products.cut_sum_rows; parts_times_point
-# falls back to a cut per part where the first digit would pass 2^b): exact +23.
-BUDGETS = {"kernel": 2141, "exact": 964, "prediction": 252, "overwhelm": 764, "accuracy": 1265, "influence": 1223}
+# falls back to a cut per part where the first digit would pass 2^b): exact +23. At working precisions up to
+# 48 bits the rotary cos/sin and the LayerNorm scale enter as one float64 part (error_balls.near_parts): kernel +8.
+BUDGETS = {"kernel": 2149, "exact": 964, "prediction": 252, "overwhelm": 764, "accuracy": 1265, "influence": 1223}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
