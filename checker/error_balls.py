@@ -98,7 +98,7 @@ def sqrt_sum_up(pairs: list) -> list:
     """[sqrt_up(a) + sqrt_up(b) for a, b in pairs], the same values, in integers where a and b are dyadic."""
     out = []
     for a, b in pairs:
-        da, db = _dyadic(Fraction(a)), _dyadic(Fraction(b))
+        da, db = (_dyadic(v if isinstance(v, (int, Fraction)) else Fraction(v)) for v in (a, b))   # no copies
         if da is None or db is None:
             out.append(sqrt_up(a) + sqrt_up(b))
             continue
