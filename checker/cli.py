@@ -102,8 +102,9 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     start = time.perf_counter()
     code, line, fields, record = run_check(args)
+    shown = args.json or args.report       # the versions (each library imported) only where they are printed
     result = {"certificate": args.certificate, "model": args.model, "backend": args.backend, "prec": args.prec,
-              **fields, "versions": versions(), "seconds": round(time.perf_counter() - start, 3)}
+              **fields, **({"versions": versions()} if shown else {}), "seconds": round(time.perf_counter() - start, 3)}
     if args.report:
         code = write_report(args, result, record, code)
     print(json.dumps(result) if args.json else one_line(line))

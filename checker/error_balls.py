@@ -98,7 +98,7 @@ def sqrt_sum_up(pairs: list) -> list:
     """[sqrt_up(a) + sqrt_up(b) for a, b in pairs], the same values, in integers where a and b are dyadic."""
     out = []
     for a, b in pairs:
-        da, db = _dyadic(Fraction(a)), _dyadic(Fraction(b))
+        da, db = (_dyadic(v if isinstance(v, (int, Fraction)) else Fraction(v)) for v in (a, b))   # no copies
         if da is None or db is None:
             out.append(sqrt_up(a) + sqrt_up(b))
             continue
@@ -169,12 +169,13 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split):
-    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`):
-    each radius an upper bound of the row's distance from the cut centre; None for None."""
+def trimmed_centre(split, prec: int):
+    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
+    `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
+    the cut centre; None for None."""
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split)
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
     return parts, sqrt_sum_up(pairs)
 
 
@@ -186,7 +187,7 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
     does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B))
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec)
     if out is None:
         return None
     (c1, c2), radius = out
@@ -250,6 +251,22 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
     return recentre(B, B.matrix(out), errs)
 
 
+ONE_PART_PREC = 48   # at working precisions up to this, a transcendental factor enters as one float64 part
+
+
+def near_parts(ball, prec: int):
+    """`_near_ball`'s ((p1, p2), d) with |x - p1 - p2| <= d as one part where the working precision `prec` is
+    at most ONE_PART_PREC (its 53 bits are ~2^-5 of that precision's roundings; one part has fewer digits to
+    multiply): ((p1,), d') with d' = the float64 after fl(d + |p2|) >= d + |p2| (for a, b >= 0, fl(a + b) is
+    within half a spacing of a + b, and a subnormal sum is exact), so |x - p1| <= d'; None where d' is not
+    finite; else the ball as it is (None stays None)."""
+    if ball is None or prec > ONE_PART_PREC:
+        return ball
+    (p1, p2), d = ball
+    wide = np.nextafter(d + np.abs(p2), np.inf)
+    return ((p1,), wide) if np.isfinite(wide).all() else None
+
+
 def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
     """`normalise` by the exact layer, when it is on and X's centres are points: w, b float64 rows (None:
     none), `centring` the point matrix d I - 11^T (None: RMSNorm). None where the layer does not apply.
@@ -273,20 +290,21 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False))
+        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False), B.prec)
         if out is None:
             return None
         v, rho = out
     sq = exact_products.row_sums(exact_products.entrywise([v, v]))
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
-        ball = fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data)
+        ball = near_parts(fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data),
+                          B.prec)
     if ball is None:
         return None
     iota, delta = ball
     scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
     folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
-    t = trimmed_centre(exact_rounding.split_centre(folded or scaled))
+    t = trimmed_centre(exact_rounding.split_centre(folded or scaled), B.prec)
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -320,10 +338,11 @@ class Rotation(NamedTuple):
     delta: list
 
 
-def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int):
+def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
     """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
-    backend `B`, e.g. at a raised precision), or None where it gives no float64 parts (`_near_ball`)."""
-    balls = [B._near_ball(B.matrix([list(row) for row in rows]).data) for rows in zip(*cos_sin)]
+    backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
+    where it gives no float64 parts (`_near_ball`)."""
+    balls = [near_parts(B._near_ball(B.matrix([list(row) for row in rows]).data), prec) for rows in zip(*cos_sin)]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls
@@ -356,7 +375,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
     out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])))
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec)
     if out is None:
         return None
     parts, rounding = out

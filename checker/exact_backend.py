@@ -23,7 +23,7 @@ import numpy as np
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_products import (MAX_BLOCK, MIN_EXP, Exact, ExactInterval, Slices, _line_top, _require, _scaled, bits_for,
-                                          cut_cols, cut_rows, exact_matrix, point_product)
+                                          cut_cols, cut_rows, cut_sum_rows, exact_matrix, point_product)
 from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
 
 
@@ -249,10 +249,14 @@ def near_times_parts(near, parts):
 
 
 def parts_times_point(parts, whole, top=None):
-    """The Exact of P W for the point P given as float64 parts (their exact sum), all cut on one scale
-    per row (`top`, default the parts' own: `_row_top`), and the point W cut whole."""
+    """The Exact of P W for the point P given as float64 parts (their exact sum), all cut on one scale per row
+    (`top`, default the parts' own: `_line_top`) -- as one sum (`cut_sum_rows`) where it applies, else each
+    part as rows of its own, the row blocks added -- and the point W cut whole."""
     m, parts = parts[0].shape[0], list(parts)
     top = _line_top(parts, 0) if top is None else top
+    merged = cut_sum_rows(parts, whole.bits, top) if len(parts) > 1 else None
+    if merged is not None:
+        return point_product(merged, whole)
     centre = point_product(cut_rows(np.concatenate(parts), whole.bits, np.concatenate([top] * len(parts))), whole)
     total = _rows(centre, slice(0, m))
     for i in range(1, len(parts)):

@@ -217,6 +217,37 @@ def cut_cols(x, bits: int, top=None) -> Slices:
     return _cut(np.asarray(x), bits, 1, top)
 
 
+def cut_sum_rows(parts, bits: int, top):
+    """The exact sum of float64 parts (m x k each, |part| < 2^top per row) cut as one left factor on the scale
+    `top`, or None where its first digit would pass 2^bits. Each part is cut (`cut_rows`: digits below 2^bits),
+    the digits of one index s added, then carried from the last digit up: q = trunc(d_s 2^-bits), d_s -= q 2^bits,
+    d_(s-1) += q. These are float operations on integers below 2^53 with exact results (sums, power-of-two
+    scalings of integers by 2^-bits, bits <= 26, trunc), and a carry keeps the value sum_s d_s 2^-(s+1)bits,
+    so the digits hold the parts' exact sum, with |d_s| < 2^bits for s >= 1. |d_0| <= 2^bits is required
+    (else None: the caller cuts each part): then with right digits below 2^bits every partial sum is below
+    k 2^(2 bits) <= 2^53 (`bits_for`), and the measured bounds are checked before each product as always. A
+    product then has one row per digit of the sum instead of one per digit of each part."""
+    m, k = parts[0].shape
+    full = {}
+    for p in parts:
+        cut = cut_rows(p, bits, top)
+        for s, (idx, d) in enumerate(zip(cut.index, cut.digits)):
+            if len(idx):
+                full.setdefault(s, np.zeros((m, k)))[idx] += d
+    for s in range(max(full, default=0), 0, -1):
+        q = np.trunc(np.ldexp(full[s], -bits)) if s in full else None
+        if q is not None and q.any():
+            full[s] = full[s] - np.ldexp(q, bits)
+            full[s - 1] = full[s - 1] + q if s - 1 in full else q
+    if 0 in full and np.abs(full[0]).max(initial=0.0) > 2.0 ** bits:
+        return None
+    out = {}
+    for s, d in full.items():       # each digit compressed to the rows that have it, as `_cut` does
+        i = np.flatnonzero(d.any(axis=1))
+        out[s] = [(i, d[i], _digit_stats(d[i], 0))]
+    return _assemble(out, (m, k), 0, np.asarray(top, dtype=np.int64), bits)
+
+
 # --- exact products ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -302,22 +333,38 @@ def _add_block(target, rows, cols, part):
 
 
 def _digit_products(a: Slices, b: Slices, pairs) -> Exact:
-    """Exact sum over (s, t) in `pairs` of a_s @ b_t 2^-(s+t+2)bits, one term per offset."""
+    """Exact sum over (s, t) in `pairs` of a_s @ b_t 2^-(s+t+2)bits, one term per offset. The left digits of
+    one right digit t are stacked and multiplied in one BLAS call (`_stacked`): each entry of the stacked
+    product is still one dot product a_s[i, :] . b_t[:, j] of the pair (s, t), so its own bound applies."""
     _require(a.axis == 0 and b.axis == 1 and a.bits == b.bits, "factors cut for the wrong sides")
     _require(a.shape[1] == b.shape[0], f"inner dimensions {a.shape[1]} and {b.shape[0]} differ")
     (m, k), n = a.shape, b.shape[1]
-    groups = {}
+    groups, by_t = {}, {}
     for s, t in pairs:
-        rows, cols = a.index[s], b.index[t]
-        if not len(rows) or not len(cols):
-            continue
-        for start in range(0, k, MAX_BLOCK):
-            stop = min(k, start + MAX_BLOCK)
-            bound = _pair_bound(a, s, b, t, stop - start)
-            _require_exact(bound)
-            part = a.digits[s][:, start:stop] @ b.digits[t][start:stop, :]
-            _accumulate(groups, -(s + t + 2) * a.bits, rows, cols, part, bound, (m, n))
+        if len(a.index[s]) and len(b.index[t]):
+            by_t.setdefault(t, []).append(s)
+    for start in range(0, k, MAX_BLOCK):
+        stop, stacks = min(k, start + MAX_BLOCK), {}
+        for t, ss in by_t.items():
+            for s, part in _stacked(a, ss, b.digits[t], start, stop, stacks):
+                bound = _pair_bound(a, s, b, t, stop - start)
+                _require_exact(bound)
+                _accumulate(groups, -(s + t + 2) * a.bits, a.index[s], b.index[t], part, bound, (m, n))
     return Exact(tuple((o, *groups[o], 1) for o in sorted(groups)), a.scale, b.scale, a.bits)
+
+
+def _stacked(a: Slices, ss: list, right, start: int, stop: int, stacks: dict):
+    """[(s, a_s[:, start:stop] @ right[start:stop])] for the left digits ss, by one product of the digits
+    stacked row-wise (made once per ss in `stacks`; a single digit: its own product), then cut back into
+    each digit's rows."""
+    if len(ss) == 1:
+        return [(ss[0], a.digits[ss[0]][:, start:stop] @ right[start:stop])]
+    key = tuple(ss)
+    if key not in stacks:
+        stacks[key] = np.vstack([a.digits[s][:, start:stop] for s in ss])
+    whole = stacks[key] @ right[start:stop]
+    ends = np.cumsum([0] + [a.digits[s].shape[0] for s in ss])
+    return [(s, whole[lo:hi]) for s, lo, hi in zip(ss, ends[:-1], ends[1:])]
 
 
 def point_product(a: Slices, b: Slices) -> Exact:

@@ -425,10 +425,18 @@ def to_mpf_rows(bounds) -> list:
 
 
 TRIM_BELOW = 84   # a centre keeps its bits at or above 2^(row top - TRIM_BELOW) (`trimmed`): 4 digits of 21 bits
+COARSE_TRIM = 63  # the same at working precisions up to 48 bits (`trim_below`): 3 digits of 21 bits
 
 
-def trimmed(parts, sq):
-    """(p1', p2') and sq': the two-part centre cut to its bits at or above 2^(t_i - TRIM_BELOW) on each row i
+def trim_below(prec: int) -> int:
+    """The bits a centre keeps below its row top at working precision `prec` (`trimmed`): 20 or more beyond
+    the working precision, a whole number of 21-bit digits. Any value is sound: what is dropped joins the radius."""
+    return COARSE_TRIM if prec <= 48 else TRIM_BELOW
+
+
+def trimmed(parts, sq, keep: int = TRIM_BELOW):
+    """(p1', p2') and sq': the two-part centre cut to its bits at or above 2^(t_i - keep) (TRIM_BELOW unless
+    given) on each row i
     (|p1| < 2^t_i on the row), so every later product needs at most ceil(TRIM_BELOW / bits) digits per row;
     each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) (max |p1 - p1'| + max |p2 - p2'|))^2
     (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots), where each
@@ -439,7 +447,7 @@ def trimmed(parts, sq):
     dropped low bits, a float, so exact."""
     p1, p2 = parts
     top = np.frexp(np.abs(p1).max(axis=1, initial=0.0))[1].astype(np.int64)
-    shift = np.where(np.abs(TRIM_BELOW - top) <= 1000, TRIM_BELOW - top, 0)[:, None]
+    shift = np.where(np.abs(keep - top) <= 1000, keep - top, 0)[:, None]
     up, down = np.ldexp(1.0, shift), np.ldexp(1.0, -shift)
     keep = [np.where(shift != 0, np.trunc(p * up) * down, p) for p in (p1, p2)]
     drop = [np.abs(p - k).max(axis=1, initial=0.0).tolist() for p, k in zip((p1, p2), keep)]

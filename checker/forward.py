@@ -328,7 +328,7 @@ class Rotary:
                 with fine.precision():
                     angles = rotary_angles(fine, self.cfg, range(self.n))
                     self._exact = rotation(fine, [angles[p] for p in range(self.n)], rotary_pairs(self.cfg),
-                                           self.cfg.d_head)
+                                           self.cfg.d_head, self.B.prec)
         return self._exact
 
 

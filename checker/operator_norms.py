@@ -97,7 +97,9 @@ def gram_lambda_bound(g, squarings: int = SQUARINGS) -> int:
     computed exactly. For symmetric matrices the spectral radius rho is the spectral norm, so
     rho(A_j) <= 2^s_j rho(P_j) + ||E_j||_2 <= 2^s_j sqrt(rho(A_(j+1))) + n 2^(s_j - 1), using
     rho(P^2) = rho(P)^2 and ||E||_2 <= ||E||_F <= n max|E|. Last, rho(A_k) <= ||A_k||_F. As G is positive
-    semidefinite, lambda_max(G) = rho(A_0). Each step rounds up to an integer, so U_j >= rho(A_j) by
+    semidefinite, lambda_max(G) = rho(A_0). (P_j^2 is computed as P_j P_j^T, the same matrix since P_j is
+    exactly symmetric: numpy then uses BLAS's syrk, whose entries are the same classical sums of n products;
+    and for any P, rho(A_j) <= ||A_j||_2 <= 2^s_j ||P_j||_2 + ||E_j||_2 with ||P_j||_2^2 = rho(P_j P_j^T).) Each step rounds up to an integer, so U_j >= rho(A_j) by
     induction from U_k >= ||A_k||_F, itself bounded through one more rescaling A_k = 2^s P + E:
     ||A_k||_F <= 2^s ||P||_F + n 2^(s-1), with the n^2 squares of P summed exactly. (The bound is
     tr(G^(2^(k+1)))^(1/2^(k+1)) up to the rescaling terms: within a factor n^(1/2^(k+1)) of lambda_max,
@@ -109,7 +111,7 @@ def gram_lambda_bound(g, squarings: int = SQUARINGS) -> int:
     for _ in range(squarings):
         p, s = _rescale(a, bits)
         shifts.append(s)
-        a = _exact_product(p, p, n, bits)
+        a = _exact_product(p, p.T, n, bits)     # = P P (P is exactly symmetric); numpy then calls syrk, the same sums
     p, s = _rescale(a, grid_bits(n * n))     # ||A_k||_F <= 2^s ||P||_F + n 2^(s-1); n^2 squares sum exactly
     u = (ceil_sqrt(int(np.sum(p * p))) << s) + (n << (s - 1) if s else 0)
     for s in reversed(shifts):

@@ -22,6 +22,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from tcert.checker import exact_backend as xb
 from tcert.checker import exact_products as ep
 from tcert.checker import exact_rounding as er
 from tcert.checker.errors import BadInput, Rejected
@@ -220,6 +221,100 @@ def test_digits_at_the_magnitude_bound_are_exact_in_blas():
         for i in range(40):
             assert all(Fraction(int(v)) * TWO ** int(s) == Fraction(ints[i]) * TWO ** (-2 * b)
                        for v, s in zip(ints_c[i], e[i]))
+
+
+def test_stacked_left_digits_at_the_magnitude_bound_are_exact_in_blas():
+    """Two left digits, each 2^b - 1 on every entry, stacked into one BLAS call per right digit
+    (`_stacked`) at k = 2^(53 - 2b): every digit pair at the bound, each output row block checked against
+    Python integers, and the stacking really used (one product per right digit)."""
+    rng = np.random.default_rng(11)
+    k = 512
+    b = ep.bits_for(k)
+    digit = (1 << b) - 1
+    top = sum(digit * 2.0 ** (-(s + 1) * b) for s in range(2))     # 2 digits of 2^b - 1 (2b <= 53 bits)
+    a = np.full((30, k), top) * rng.choice([-1.0, 1.0], size=(30, k), p=[0.05, 0.95])
+    w = np.full((k, 200), 1 - 2.0 ** -b)
+    cut_a, cut_w = ep.cut_rows(a, b), ep.cut_cols(w, b)
+    assert len(cut_a.digits) == 2 and len(cut_w.digits) == 1
+    calls = []
+    real = ep._stacked
+    ep._stacked = lambda *args: calls.append(args[1]) or real(*args)
+    try:
+        c = ep.point_product(cut_a, cut_w)
+    finally:
+        ep._stacked = real
+    assert calls == [[0, 1]]
+    want = np.sign(a).astype(np.int64).sum(axis=1).tolist()
+    got = exact_fractions(c)
+    for i in range(30):
+        exact = Fraction(want[i]) * Fraction(top) * Fraction(1 - 2.0 ** -b)
+        assert all(v == exact for v in got[i])
+
+
+@st.composite
+def summed_parts(draw, max_dim=4):
+    """(parts, W): 1-3 float64 parts (m x k; the first arbitrary float64 with moderate exponents, specials
+    included; the others the first's split-like rests, scaled far below, or as large as it) and a k x n W."""
+    m, k, n = (draw(st.integers(1, max_dim)) for _ in range(3))
+    first = ep.exact_matrix(draw(matrix(np.float64, (m, k), -300, 300)))
+    parts = [first]
+    for _ in range(draw(st.integers(0, 2))):
+        scale = draw(st.sampled_from([2.0 ** -53, 2.0 ** -60, 2.0 ** -200, 2.0 ** -22, 2.0 ** -3, 2.0 ** -8, 1.0, 0.0]))
+        parts.append(ep.exact_matrix(draw(matrix(np.float64, (m, k), -300, 300))) * scale)
+    return parts, ep.exact_matrix(draw(matrix(np.float32, (k, n))))
+
+
+@settings(max_examples=example_scale(80))
+@given(summed_parts(), st.sampled_from([None, 3, 8]))
+def test_cut_of_a_sum_of_parts_is_their_exact_sum(case, bits):
+    """cut_sum_rows: the digits hold the exact sum of the parts (Fractions), |d_s| < 2^b for s >= 1 and
+    |d_0| <= 2^b, or None; parts_times_point equals the exact Fraction product either way (merged or not)."""
+    parts, w = case
+    b = bits or ep.bits_for(parts[0].shape[1])
+    top = ep._line_top(parts, 0)
+    cut = ep.cut_sum_rows(parts, b, top)
+    total = [[sum(Fraction(float(p[i, j])) for p in parts) for j in range(parts[0].shape[1])]
+             for i in range(parts[0].shape[0])]
+    if cut is not None:
+        assert cut_value(cut) == total
+        for s, d in enumerate(cut.digits):
+            assert np.abs(d).max(initial=0) <= 2 ** b - (s > 0) and np.array_equal(d, np.trunc(d))
+    whole = ep.cut_cols(w, b)
+    got = exact_fractions(xb.parts_times_point(parts, whole))
+    assert got == fr_product(total, fr(w))
+
+
+def test_sum_of_parts_carries_to_a_first_digit_at_the_bound():
+    """p1 = 1 - 2^-53 and p2 = p1 2^-b on every entry: every digit but the first sums to 2^(b+1) - 2 and carries,
+    the first reaches exactly 2^b; with k = 2^(53 - 2b) and right digits 2^b - 1 the product is exact in BLAS
+    (against Python integers), and the cut holds the exact sum."""
+    k = 512
+    b = ep.bits_for(k)
+    one = 1 - 2.0 ** -53
+    parts = [np.full((3, k), one), np.full((3, k), one * 2.0 ** -b)]
+    cut = ep.cut_sum_rows(parts, b, ep._line_top(parts, 0))
+    assert cut is not None and np.abs(cut.digits[0]).max() == 2 ** b
+    assert cut_value(cut)[0][:3] == [Fraction(one) * (1 + Fraction(1, 2 ** b))] * 3
+    w = np.full((k, 2), 1 - 2.0 ** -b)
+    got = exact_fractions(xb.parts_times_point(parts, ep.cut_cols(w, b)))
+    want = k * Fraction(one) * (1 + Fraction(1, 2 ** b)) * Fraction(1 - 2.0 ** -b)
+    assert all(v == want for row in got for v in row)
+
+
+def test_sum_of_parts_with_a_first_digit_past_the_bound_falls_back():
+    """Three parts of 1 - ulp on every entry: the sum is ~3 x 2^top, so the first digit would pass 2^b:
+    cut_sum_rows declines (None), and parts_times_point still gives the exact product (each part cut)."""
+    k, b = 512, ep.bits_for(512)
+    top_val = 1 - 2.0 ** -53
+    parts = [np.full((2, k), top_val) for _ in range(3)]
+    assert ep.cut_sum_rows(parts, b, ep._line_top(parts, 0)) is None
+    w = np.full((k, 3), 1 - 2.0 ** -24)
+    got = exact_fractions(xb.parts_times_point(parts, ep.cut_cols(w, b)))
+    want = 3 * k * Fraction(top_val) * Fraction(1 - 2.0 ** -24)
+    assert all(v == want for row in got for v in row)
+    pair = [parts[0], parts[1] * 2.0 ** -53]     # a split-like pair: one digit row set for both parts
+    two, each = ep.cut_sum_rows(pair, b, ep._line_top(pair, 0)), ep.cut_rows(np.concatenate(pair), b, np.zeros(4, np.int64))
+    assert two is not None and sum(map(len, two.index)) < sum(map(len, each.index))
 
 
 def test_large_float32_product_matches_modular_arithmetic():

@@ -199,6 +199,22 @@ def test_screened_columns_hold_every_point_of_the_ball(seed, dtype):
             assert room >= 0 and room ** 2 >= radius ** 2 * sum(x * x for x in col)
 
 
+@pytest.mark.parametrize("block", [1, 3, 7])
+def test_screen_by_blocks_equals_one_block(block, monkeypatch):
+    """The screen by blocks of `block` columns (`screened_centre`: each block's integers moved to the least
+    power of two) gives the same exact logits and slacks as one block of every column."""
+    w = matrices(5, np.float32)
+    rng = np.random.default_rng(5)
+    parts = (rng.standard_normal((1, w.shape[0])), rng.standard_normal((1, w.shape[0])) * 2.0 ** -60)
+    bias, e = rng.standard_normal(w.shape[1]), G.dyadic_up(Fraction(1, 3 * 2 ** 40))
+    whole = G.screened_columns(parts, w, bias, e)
+    monkeypatch.setattr(G, "SCREEN_BLOCK", block)
+    cut = G.screened_columns(parts, w, bias, e)
+    for (l1, s1, e1), (l2, s2, e2) in [(whole, cut)]:
+        assert [Fraction(v) * Fraction(2) ** e1 for v in l1] == [Fraction(v) * Fraction(2) ** e2 for v in l2]
+        assert [Fraction(v) * Fraction(2) ** e1 for v in s1] == [Fraction(v) * Fraction(2) ** e2 for v in s2]
+
+
 def test_screened_slack_is_needed():
     """A float32 column whose small entry the first digit drops: the screened logit is off by c_1 2^-30, and
     the slack (||c||_1 2^(top - bits) = 2 2^(1 - 26)) covers it."""

@@ -18,7 +18,9 @@ from tcert.checker.errors import BadInput, Rejected
 from tcert.generator.certificate import format_number
 from tcert.checker.forward import Weights, last_logits
 from tcert.checker.interval import make_backend
+from tcert.checker.kinds import prediction
 from tcert.checker.kinds.prediction import check_claim
+from tcert.checker.kinds.prediction.precision import COARSE_PREC
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
 from tcert.checker.statement import statement_for
@@ -180,20 +182,24 @@ def verdict(path, model_path, backend="flint"):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["neox1l-rotate-half", "preln-relu-no-final-ln", "attn-only"])
-def test_margin_above_true_gap_rejected(models, tmp_path, name, backend):
+def test_margin_above_true_gap_rejected(models, tmp_path, name, backend, monkeypatch):
     """m just above the checker's upper bound of the true gap (figure claim.margin.upper), even by 2^-60
-    relative, is REJECTED as refuted; m at the certified gap or half of it passes at the starting
-    precision; m just above the 64-bit certified gap (but below the true one) passes after the checker
+    relative, is REJECTED as refuted; m at the 64-bit certified gap passes at 64 bits (or by the coarse
+    pass at 48, where the exact layer is on), half of it by the first pass (48 bits where the coarse pass
+    runs, else 64); m just above the 64-bit certified gap (but below the true one) passes after the checker
     raises its precision, which the figures and the summary report."""
     model = models[name]
     _, cert, p = certify(model, str(tmp_path), sample_tokens(model, 7))
-    ob = Obligations()
-    certified = check_claim(make_backend(backend), model, cert["claim"], ob)
+    ob, B = Obligations(), make_backend(backend)
+    first = COARSE_PREC if B.exact else 64
+    with monkeypatch.context() as m:       # the 64-bit pass alone (no coarse pass)
+        m.setattr(prediction, "coarse_gap", lambda *args: None)
+        certified = check_claim(B, model, cert["claim"], ob)
     upper = ob.figure("claim.margin.upper")
     assert certified <= upper and ob.figure("claim.precision") == 64
     cases = {
-        "certified": (certified, "VERIFIED", 64),
-        "half": (certified / 2, "VERIFIED", 64),
+        "certified": (certified, "VERIFIED", (first, 64)),
+        "half": (certified / 2, "VERIFIED", (first,)),
         "certified+2^-60 rel": (certified * (1 + Fraction(1, 2 ** 60)), "VERIFIED", None),
         "upper+2^-60 rel": (upper * (1 + Fraction(1, 2 ** 60)), "prediction: logit gap", None),
         "float gap": (Fraction(p["gap"]) * (1 + Fraction(1, 10 ** 6)), "prediction: logit gap", None),
@@ -208,7 +214,7 @@ def test_margin_above_true_gap_rejected(models, tmp_path, name, backend):
             continue
         ob = verify(edited, model, backend)
         used = ob.figure("claim.precision")
-        assert (used == prec if prec else used > 64) and f"at {used} bits" in ob.summary, (tag, used)
+        assert (used in prec if prec else used > 64) and f"at {used} bits" in ob.summary, (tag, used)
 
 
 @pytest.mark.parametrize("name", ["neox1l-adjacent-pairs", "preln-relu-no-final-ln", "attn-only"])

@@ -5,8 +5,8 @@ evidence {}  (nothing to hint: the checker runs the forward pass itself)
 
 Obligation "prediction: logit gap": the logit enclosures of the last position satisfy
 lower(logit_k - logit_j) >= m for every j != k. When they do not at the backend's precision, the
-checker raises the precision itself (`precision.py`: to at most 1024 bits and 24 first-pass equivalents
-of work) and recomputes, and answers REJECTED only when the claim is refuted or the raise stops. Figures:
+checker first tries a coarse pass at 48 bits and then raises the precision itself (`precision.py`: to at
+most 1024 bits and 24 first-pass equivalents of work) and recomputes, and answers REJECTED only when the claim is refuted or the raise stops. Figures:
 "claim.margin" (the certified min gap, at the precision that decided), "claim.precision" (that precision,
 bits) and "claim.margin.upper" (an upper bound of the true min gap: a claim above it is false). Other
 kinds reuse `check_claim` for their sample inputs (figures "<where>.margin", ..., e.g.
@@ -19,9 +19,9 @@ from typing import NamedTuple
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights, last_logits, unembed_input
-from tcert.checker.interval import make_backend
+from tcert.checker.interval import EXACT_MAX_PREC, make_backend
 from tcert.checker.kinds.prediction.gaps import GapTable, exact_gap_table
-from tcert.checker.kinds.prediction.precision import MAX_PREC, WORK_LIMIT, next_precision, pass_cost
+from tcert.checker.kinds.prediction.precision import COARSE_PREC, MAX_PREC, WORK_LIMIT, next_precision, pass_cost
 from tcert.checker.numbers import parse_int, parse_number, show
 
 
@@ -83,10 +83,24 @@ def gap_at(B, model, tokens: list, k: int, W) -> tuple:
     return lower, j, min(hi for _, hi in bounds), bounds
 
 
+def coarse_gap(B, model, tokens: list, k: int, margin: Fraction, W) -> Gap | None:
+    """The min gap at COARSE_PREC bits when it proves `margin` (precision.py: a whole rigorous pass at the lower
+    precision, where the exact layer keeps fewer digits), else None; None at once unless B's exact layer is on
+    at a precision above COARSE_PREC (and at most EXACT_MAX_PREC)."""
+    if not (B.exact and COARSE_PREC < B.prec <= EXACT_MAX_PREC):
+        return None
+    C = make_backend(B.name, COARSE_PREC)
+    lower, j, upper, _ = gap_at(C, model, tokens, k, Weights(C, model, W.norms))
+    return Gap(lower, j, upper, COARSE_PREC, "") if lower >= margin else None
+
+
 def certify_gap(B, model, tokens: list, k: int, margin: Fraction, W=None) -> Gap:
-    """The min gap certified at B's precision, and at higher precisions (precision.py) while it is below
-    `margin` and the claim is neither refuted nor out of budget."""
+    """The min gap certified by the coarse pass (`coarse_gap`), else at B's precision and at higher precisions
+    (precision.py) while it is below `margin` and the claim is neither refuted nor out of budget."""
     W, start, spent = W or Weights(B, model), B.prec, pass_cost(B.prec)
+    coarse = coarse_gap(B, model, tokens, k, margin, W)
+    if coarse is not None:
+        return coarse
     while True:
         lower, j, upper, bounds = gap_at(B, model, tokens, k, W)
         if lower >= margin:

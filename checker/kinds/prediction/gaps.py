@@ -25,6 +25,7 @@ from tcert.checker.interval import EXACT_MAX_PREC
 
 NORM_SHIFT = 20          # n_j = ceil(sqrt(N_j 4^NORM_SHIFT)) 2^-NORM_SHIFT: >= 40 significant bits
 COLUMN_CHUNK = 256       # columns per block when summing squares (cache-sized temporaries)
+SCREEN_BLOCK = 2048      # columns of W_U per block of the first-digit screen (cache-sized copies)
 
 
 class GapTable(Sequence):
@@ -127,7 +128,7 @@ def top_digit(w, bits: int):
     tops = np.frexp(peak)[1].astype(np.int64)
     _require(-1022 <= bits - tops.max(initial=0) and bits - tops.min(initial=0) <= 1023, "a column's scale out of range")
     scale = np.ldexp(1.0, bits - tops)
-    hi = np.asarray(w, dtype=np.float64)
+    hi = np.array(w, dtype=np.float64)     # a copy, scaled in place
     np.multiply(hi, scale[None, :], out=hi)
     np.trunc(hi, out=hi)
     line_max = np.trunc(peak * scale)
@@ -152,13 +153,25 @@ def exact_columns(parts, w, cols: list, bias, e):
     return logit, [(en * v) << (s + ee - exp) for v, s in zip(r, h)], exp
 
 
+def screened_centre(parts, w, bits: int):
+    """(v, exp, tops): the exact c . w^_j = v_j 2^exp for W_U's first digit w^ on each column's scale 2^tops_j
+    (`top_digit`), by blocks of SCREEN_BLOCK columns (cache-sized float64 copies, not one of all of W_U), each
+    block's integers put on the least power of two of all blocks (`_on`: exact)."""
+    vals, exps, tops = [], [], []
+    for start in range(0, w.shape[1], SCREEN_BLOCK):
+        cut, t = top_digit(w[:, start:start + SCREEN_BLOCK], bits)
+        v, e = row_integers(exact_backend.parts_times_point(parts, cut))
+        vals, exps, tops = vals + [v], exps + [e], tops + [t]
+    low = min(exps, default=0)
+    return [x for v, e in zip(vals, exps) for x in _on(v, e, low)], low, np.concatenate(tops)
+
+
 def screened_columns(parts, w, bias, e):
-    """(logits, slack, exp): every column's c . w^_j + b_j for W_U's first digit w^ (`top_digit`) and a slack
-    with |logit_j(x) - that| <= slack_j for every x in the ball: |c . (w_j - w^_j)| < ||c||_1 2^(top_j - bits)
+    """(logits, slack, exp): every column's c . w^_j + b_j for W_U's first digit w^ (`screened_centre`) and a
+    slack with |logit_j(x) - that| <= slack_j for every x in the ball: |c . (w_j - w^_j)| < ||c||_1 2^(top_j - bits)
     and |(x - c) . w_j| <= e ||w_j|| <= e ceil(sqrt(d)) 2^top_j (|w_ij| < 2^top_j)."""
     d, bits = w.shape[0], bits_for(w.shape[0])
-    cut, tops = top_digit(w, bits)
-    centre, ce = row_integers(exact_backend.parts_times_point(parts, cut))
+    centre, ce, tops = screened_centre(parts, w, bits)
     bv, be = float_integers(bias)
     l1, le = float_integers(np.concatenate([np.abs(p).reshape(-1) for p in parts]))
     (en, ee), root, low = e, math.isqrt(d - 1) + 1, int(tops.min(initial=0))

@@ -13,6 +13,12 @@ up). The raise stops, and the claim is REJECTED, when
 * the work of all passes so far plus the next would pass WORK_LIMIT times the first pass's work, with
   a pass at prec bits costing `pass_cost(prec)` times one at 64 bits ("higher precision might still help").
 
+Before the ladder, a coarse pass (`coarse_gap`): where the exact layer is on at a precision above
+COARSE_PREC, the whole rigorous pass first runs at COARSE_PREC bits, where centres keep fewer digits
+(`exact_rounding.trim_below`). It is as rigorous as any rung, only looser: when it proves the margin the
+claim is VERIFIED at COARSE_PREC; otherwise the ladder runs unchanged from the starting precision (the
+coarse pass is not counted in its work, so its stops are the same as without it).
+
 This is a simple documented cap, not a resource model: prec <= 1024 and at most 24 first-pass
 equivalents of work. A prediction is only evaluated, never trusted: every rung recomputes the whole
 forward pass at its own precision and the verdict compares exact Fractions.
@@ -20,6 +26,7 @@ forward pass at its own precision and the verdict compares exact Fractions.
 
 from fractions import Fraction
 
+COARSE_PREC = 48      # the coarse first pass (`coarse_gap` in __init__.py) runs at this many bits
 MAX_PREC = 1024       # the checker never raises beyond this many bits
 WORK_LIMIT = 24       # total work of all passes <= WORK_LIMIT x the first pass's
 SAFETY_BITS = 16      # added to the predicted precision
