@@ -257,13 +257,13 @@ ONE_PART_PREC = 48   # at working precisions up to this, a transcendental factor
 def near_parts(ball, prec: int):
     """`_near_ball`'s ((p1, p2), d) with |x - p1 - p2| <= d as one part where the working precision `prec` is
     at most ONE_PART_PREC (its 53 bits are ~2^-5 of that precision's roundings; one part has fewer digits to
-    multiply): ((p1,), d') with d' = the float64 after fl(d + |p2|) >= d + |p2| (for a, b >= 0, fl(a + b) is
-    within half a spacing of a + b, and a subnormal sum is exact), so |x - p1| <= d'; None where d' is not
-    finite; else the ball as it is (None stays None)."""
+    multiply): ((p1,), d') with d' = 2 max(d, |p2|) >= d + |p2| (a max and a doubling of float64s: exact, no
+    rounding, unless it overflows to inf), so |x - p1| <= d'; None where d' is not finite; else the ball as it
+    is (None stays None)."""
     if ball is None or prec > ONE_PART_PREC:
         return ball
     (p1, p2), d = ball
-    wide = np.nextafter(d + np.abs(p2), np.inf)
+    wide = 2 * np.maximum(d, np.abs(p2))
     return ((p1,), wide) if np.isfinite(wide).all() else None
 
 
