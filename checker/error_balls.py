@@ -169,33 +169,52 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split, prec: int):
+def trimmed_centre(split, prec: int, uniform: bool = False):
     """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
     `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
-    the cut centre; None for None."""
+    the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
     if split is None:
         return None
     parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
-    return parts, sqrt_sum_up(pairs)
+    return parts, (uniform_radius(pairs) if uniform else sqrt_sum_up(pairs))
 
 
-def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
+def uniform_radius(pairs: list) -> list:
+    """[R] * len(pairs) with R = sqrt_up(max a) + sqrt_up(max b) >= sqrt(a_i) + sqrt(b_i) for every pair (a_i, b_i)
+    of rationals >= 0 (sqrt is increasing and sqrt_up(x) >= sqrt(x)): one bound for all rows, two square roots
+    instead of one pair per row, for rows whose radii are only used through their maximum (keys and values:
+    `head_output` reads max(k.eps), max(v.eps))."""
+    if not pairs:
+        return []
+    r = sqrt_up(max(a for a, _ in pairs)) + sqrt_up(max(b for _, b in pairs))
+    return [r] * len(pairs)
+
+
+def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = False):
     """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
     blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
     product is exact, its centre two float64 parts held as ends (no native entry is made) and its
-    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. None where the layer
-    does not apply (the caller computes as `linear_heads`)."""
+    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. With `uniform`, every
+    row of head h gets the one radius up(norms[h] max_i e_i + R) >= up(norms[h] e_i + r_i) (R >= every
+    rounding radius r_i: `uniform_radius`; up is increasing), a larger radius is still a true one. None
+    where the layer does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec)
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec, uniform)
     if out is None:
         return None
     (c1, c2), radius = out
-    dh, split = c1.shape[1] // len(norms), ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
+    dh, m = c1.shape[1] // len(norms), c1.shape[0]
+    if uniform:
+        e = max(X.eps, default=Fraction(0))
+        eps = [[up(n * e + radius[0])] * m if m else [] for n in norms]
+    else:
+        split = ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
+        eps = [up_affine(X.eps, radius, n, split=split) for n in norms]
     heads = []
-    for h, n in enumerate(norms):
+    for h in range(len(norms)):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
-        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n, split=split)))
+        heads.append(Rows(IMat(B, None, (m, dh), (part, part)), eps[h]))
     return heads
 
 
@@ -364,23 +383,28 @@ def rotation_rows(rot: Rotation, rows: list) -> Rotation:
                     [rot.delta[i] for i in rows])
 
 
-def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
+def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> Rows | None:
     """Each row through its exact rotary rotation R (an isometry), by the exact layer, when it is on and X's
     centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`)
     to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding, with
     ||c_i|| <= sqrt(n) max_j |c_ij| <= sqrt(n) sum_parts max |part| (delta, at twice the precision, is ~2^-120:
-    this term is far below the rounding's). None where the layer does not apply."""
+    this term is far below the rounding's). With `uniform`, every row gets up(max_i e_i + R + that term), R >=
+    every row's rounding radius (`uniform_radius`), >= each row's own. None where the layer does not apply."""
     c = exact_backend.point_parts(X.centre, B) if B.exact and B.prec <= EXACT_MAX_PREC else None
     if c is None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
     out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec)
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec, uniform)
     if out is None:
         return None
     parts, rounding = out
     peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
-    eps = up_affine(X.eps, rounding, c=up(max(rot.delta, default=Fraction(0)) * sqrt_up(Fraction(c[0].shape[1])) * peak))
+    turn = up(max(rot.delta, default=Fraction(0)) * sqrt_up(Fraction(c[0].shape[1])) * peak)
+    if uniform and X.eps:
+        eps = [up(max(X.eps) + rounding[0] + turn)] * len(X.eps)
+    else:
+        eps = up_affine(X.eps, rounding, c=turn)
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
 
 

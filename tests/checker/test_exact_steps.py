@@ -525,3 +525,39 @@ def test_trimmed_drops_bits_and_counts_them():
     (k1, k2), pairs = exact_rounding.trimmed((p1, p2), [Fraction(0)])
     assert k1[0, 1] == 2.0 ** -40 and k2[0, 0] == 2.0 ** -60 and k2[0, 1] == 0.0
     assert pairs[0][1] == 2 * (Fraction(2) ** -90 + Fraction(2) ** -130) ** 2     # n max^2, the top 2^1
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 6), prec=st.sampled_from([48, 64]))
+def test_uniform_radii_bound_every_row(seed, m, prec):
+    """exact_affine / exact_rotate with `uniform` (keys and values): the same centres, one radius per head that
+    is >= every row's own radius (rows with different input radii), so every row's 200-bit images stay inside;
+    a mutant taking the minimum over rows instead would fail the >= (the rows' radii differ)."""
+    B, rng = make_backend("flint", prec), np.random.default_rng(seed)
+    k, heads, dh = 5, 2, 4
+    W = (rng.standard_normal((k, heads * dh)) * 0.7).astype(np.float32)
+    b = rng.standard_normal(heads * dh).astype(np.float32)
+    X = point_rows(B, rng, m, k, Fraction(0), scale=float(2.0 ** rng.integers(-3, 4)))
+    X = E.Rows(X.centre, [Fraction(int(rng.integers(0, 1000)), 2 ** 30) for _ in range(m)])
+    norms = [N.operator_norm(W[:, h * dh:(h + 1) * dh]) for h in range(heads)]
+    Wb = B.array(np.vstack([W, b[None, :]]).astype(np.float64))
+    with B.precision():
+        own, one = E.exact_affine(B, X, Wb, norms), E.exact_affine(B, X, Wb, norms, uniform=True)
+    Wm = [[REF.mpf(float(x)) for x in row] for row in W]
+    for h in range(heads):
+        assert centre(B, own[h]) == centre(B, one[h]) and len(set(one[h].eps)) == 1
+        assert one[h].eps[0] >= max(own[h].eps) and one[h].eps[0] <= 2 * max(own[h].eps) + Fraction(1, 2 ** 60)
+        for i in range(m):
+            x = perturbed(B, X, i, X.eps[i], rng.standard_normal(k))
+            inside(B, one[h], i, [REF.fsum(x[r] * Wm[r][j] for r in range(k)) + REF.mpf(float(b[j]))
+                                  for j in range(h * dh, (h + 1) * dh)])
+    fine, theta = make_backend("flint", 2 * prec), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(dh // 2)]
+    pos = rng.integers(0, 5000, m).tolist()
+    with fine.precision():
+        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
+                                for p in pos], [(0, 2), (1, 3)], dh, prec)
+    with B.precision():
+        r_own, r_one = E.exact_rotate(B, own[0], rot), E.exact_rotate(B, own[0], rot, uniform=True)
+    assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
+    assert r_one.eps[0] >= max(r_own.eps)
+    assert r_one.eps[0] <= max(r_own.eps) * (1 + Fraction(1, 2 ** 30)) + Fraction(1, 2 ** 40)
