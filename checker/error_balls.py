@@ -348,13 +348,15 @@ def normalise_radii(eps_in, rho, sq, delta, rounding, shape) -> list:
 class Rotation(NamedTuple):
     """Rotary rotations of the rows at some positions for the exact layer: out = x * C + x[:, swap] * S
     entrywise, C and S (float64 parts, m x d_head) the midpoints of the cos and -sin / sin enclosures
-    on each pair's two columns (1 and 0 on columns no pair rotates), delta[i] >= the spectral norm of
-    row i's exact rotation minus this one (max over pairs of sqrt(dc^2 + ds^2), from the radii)."""
+    on each pair's two columns (1 and 0 on columns no pair rotates), delta >= the spectral norm of every
+    row's exact rotation minus this one: a pair's difference [[a, -b], [b, a]] has norm sqrt(a^2 + b^2) <=
+    sqrt(dc^2 + ds^2), dc and ds the largest cos and sin radii over all rows and pairs (one bound for all rows:
+    a subset of the rows keeps it)."""
 
     cos: tuple
     sin: tuple
     swap: list
-    delta: list
+    delta: Fraction
 
 
 def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
@@ -373,14 +375,13 @@ def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64
         for q, (a, b) in enumerate(zip(cm, sm)):
             C[q][:, i1], C[q][:, i2] = a[:, j], a[:, j]
             S[q][:, i1], S[q][:, i2] = -b[:, j], b[:, j]
-    dc, ds = cr.max(axis=1).tolist(), sr.max(axis=1).tolist()
-    return Rotation(tuple(C), tuple(S), swap, [sqrt_up(Fraction(a) ** 2 + Fraction(b) ** 2) for a, b in zip(dc, ds)])
+    dc, ds = (Fraction(float(r.max(initial=0.0))) for r in (cr, sr))
+    return Rotation(tuple(C), tuple(S), swap, sqrt_up(dc * dc + ds * ds))
 
 
 def rotation_rows(rot: Rotation, rows: list) -> Rotation:
     """The rotations of the given rows of `rot` (no arithmetic)."""
-    return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap,
-                    [rot.delta[i] for i in rows])
+    return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap, rot.delta)
 
 
 def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> Rows | None:
@@ -400,7 +401,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
         return None
     parts, rounding = out
     peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
-    turn = up(max(rot.delta, default=Fraction(0)) * sqrt_up(Fraction(c[0].shape[1])) * peak)
+    turn = up(rot.delta * sqrt_up(Fraction(c[0].shape[1])) * peak)
     if uniform and X.eps:
         eps = [up(max(X.eps) + rounding[0] + turn)] * len(X.eps)
     else:

@@ -561,3 +561,27 @@ def test_uniform_radii_bound_every_row(seed, m, prec):
     assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
     assert r_one.eps[0] >= max(r_own.eps)
     assert r_one.eps[0] <= max(r_own.eps) * (1 + Fraction(1, 2 ** 30)) + Fraction(1, 2 ** 40)
+
+
+@pytest.mark.parametrize("prec", [48, 64])
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 6), half=st.integers(1, 4))
+def test_rotation_delta_bounds_every_row(prec, seed, m, half):
+    """Rotation.delta (one bound for all rows) >= sqrt((cos - C)^2 + (sin - S)^2) of every row and pair, cos and
+    sin at 200 bits, C and S the midpoint parts; rotation_rows keeps it. A mutant taking the smallest radii
+    (or one row's) fails at 48 bits, where one part drops ~2^-53 of each value."""
+    rng = np.random.default_rng(seed)
+    fine = make_backend("flint", 2 * prec)
+    pos, theta = rng.integers(0, 5000, m).tolist(), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
+    pairs = [(2 * j, 2 * j + 1) for j in range(half)]
+    with fine.precision():
+        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
+                                for p in pos], pairs, 2 * half, prec)
+    worst = REF.mpf(0)
+    for i, p in enumerate(pos):
+        for j, (i1, _) in enumerate(pairs):
+            c, s = (sum(REF.mpf(float(part[i, i1])) for part in parts) for parts in (rot.cos, rot.sin))
+            a = mp(p * theta[j])
+            worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
+    assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
+    assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
