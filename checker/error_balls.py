@@ -273,17 +273,12 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
 ONE_PART_PREC = 48   # at working precisions up to this, a transcendental factor enters as one float64 part
 
 
-def near_parts(ball, prec: int):
-    """`_near_ball`'s ((p1, p2), d) with |x - p1 - p2| <= d as one part where the working precision `prec` is
-    at most ONE_PART_PREC (its 53 bits are ~2^-5 of that precision's roundings; one part has fewer digits to
-    multiply): ((p1,), d') with d' = 2 max(d, |p2|) >= d + |p2| (a max and a doubling of float64s: exact, no
-    rounding, unless it overflows to inf), so |x - p1| <= d'; None where d' is not finite; else the ball as it
-    is (None stays None)."""
-    if ball is None or prec > ONE_PART_PREC:
-        return ball
-    (p1, p2), d = ball
-    wide = 2 * np.maximum(d, np.abs(p2))
-    return ((p1,), wide) if np.isfinite(wide).all() else None
+def near_parts(B: Backend, data, prec: int):
+    """B's `_near_ball` of the native matrix `data`, ((p1, ...), d) with |x - sum of parts| <= d for every point x
+    of each entry: one float64 part where the working precision `prec` is at most ONE_PART_PREC (its 53 bits are
+    ~2^-5 of that precision's roundings; one part has fewer digits to multiply), else two; None where the backend
+    gives none."""
+    return B._near_ball(data, 1 if prec <= ONE_PART_PREC else 2)
 
 
 def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
@@ -316,8 +311,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     sq = exact_products.row_sums(exact_products.entrywise([v, v]))
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
-        ball = near_parts(fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data),
-                          B.prec)
+        ball = near_parts(fine, fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data, B.prec)
     if ball is None:
         return None
     iota, delta = ball
@@ -363,7 +357,7 @@ def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64
     """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
     backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
     where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B._near_ball(B.matrix([list(row) for row in rows]).data), prec) for rows in zip(*cos_sin)]
+    balls = [near_parts(B, B.matrix([list(row) for row in rows]).data, prec) for rows in zip(*cos_sin)]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls

@@ -172,25 +172,33 @@ def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, prec, seed, ep
         inside(B, out, i, y)
 
 
+def arb_point(x) -> Fraction:
+    """An exact Arb point (fmpz mantissa and exponent) as a Fraction."""
+    man, exp = x.man_exp()
+    return Fraction(int(man)) * Fraction(2) ** int(exp)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=SEEDS, prec=st.sampled_from([40, 48, 49, 64]))
-def test_near_parts_one_part_holds_every_point(seed, prec):
-    """near_parts: at <= 48 bits one part p1 with |x - p1| <= d' for every x within d of p1 + p2 (Fractions;
-    zeros, subnormals and wide exponents), d' >= d + |p2| exactly; above 48 bits the ball unchanged."""
-    rng = np.random.default_rng(seed)
-    p1 = rng.standard_normal((3, 4)) * 2.0 ** rng.integers(-1070, 20, (3, 4))
-    p2 = np.where(rng.random((3, 4)) < 0.2, 0.0, np.spacing(p1) * rng.random((3, 4)))
-    d = np.where(rng.random((3, 4)) < 0.3, 0.0, np.abs(p2) * rng.random((3, 4)) * 2.0 ** rng.integers(-60, 0, (3, 4)))
-    d[0, 0], p2[0, 1] = 5e-324, 5e-324
-    out = E.near_parts(((p1, p2), d), prec)
-    if prec > 48:
-        assert out[0] == (p1, p2) and out[1] is d
-        return
-    (q1,), wide = out
-    assert q1 is p1
-    for a, b, r in zip(p2.ravel(), d.ravel(), wide.ravel()):
-        assert Fraction(float(r)) >= Fraction(float(b)) + abs(Fraction(float(a)))
-    assert E.near_parts(None, prec) is None
+def test_near_parts_holds_every_point(seed, prec):
+    """near_parts (flint: near_ball_from_arb with one part at <= 48 bits, two above): for 96-bit balls with
+    zeros, subnormals, wide exponents and wide radii, both ends mid +- rad of every ball lie within d of the
+    parts' sum (Fractions); one part exactly where prec <= 48; mpmath gives none. A mutant without the
+    nextafter step, or with d from the first rest while keeping two parts, fails here or in the test below."""
+    rng, fine = np.random.default_rng(seed), make_backend("flint", 96)
+    mids = rng.standard_normal(12) * 2.0 ** rng.integers(-1070, 20, 12)
+    mids[0], mids[1] = 0.0, 5e-324
+    with fine.precision():
+        third = [fine.num(Fraction(int(v * 2 ** 40), 2 ** 40) if v else 0) / 3 for v in mids]
+        rads = [x * fine.num(Fraction(2) ** int(-rng.integers(0, 120))) if i % 3 else 0 * x for i, x in enumerate(third)]
+        balls = [t + fine.interval(-arb_point(r.mid()), arb_point(r.mid())) for t, r in zip(third, rads)]
+        parts, d = E.near_parts(fine, fine.matrix([balls[:6], balls[6:]]).data, prec)
+    assert len(parts) == (1 if prec <= 48 else 2)
+    for i, x in enumerate(balls):
+        r, c = divmod(i, 6)
+        total, mid, rad = sum(Fraction(float(p[r, c])) for p in parts), arb_point(x.mid()), arb_point(x.rad())
+        assert abs(mid + rad - total) <= Fraction(float(d[r, c])) and abs(mid - rad - total) <= Fraction(float(d[r, c]))
+    assert E.near_parts(make_backend("mpmath", 96), make_backend("mpmath", 96).matrix([[1]]).data, prec) is None
 
 
 def exact_head(q, K, V, div, visible):
@@ -318,6 +326,10 @@ def test_near_ball_from_arb_holds_every_point():
             centre = flint.arb(float(p1[r, c])) + flint.arb(float(p2[r, c]))
             assert (x - centre).abs_upper() <= flint.arb(float(d[r, c]))
         assert d[0, 0] < 2.0 ** -100 and d[1, 1] == np.nextafter(0.0, 1.0)
+        (q1,), d1 = exact_rounding.near_ball_from_arb(m, 1)
+        assert np.array_equal(q1, p1) and d1[0, 0] > 2.0 ** -60 and d1[1, 1] == np.nextafter(0.0, 1.0)
+        for i, x in enumerate(m.entries()):
+            assert (x - flint.arb(float(q1.flat[i]))).abs_upper() <= flint.arb(float(d1.flat[i]))
         assert exact_rounding.near_ball_from_arb(flint.arb_mat(1, 1, [flint.arb("inf")])) is None
     finally:
         flint.ctx.prec = 64
