@@ -428,9 +428,10 @@ def row_sq_uppers(B: Backend, M: IMat) -> tuple:
     return [B.upper(x) for x in enc], enc
 
 
-def softmax(B: Backend, scores: list) -> list:
-    """Enclosures of softmax(scores); shifting by a constant does not change the exact value."""
-    shift = B.num(max(B.upper(s) for s in scores))
+def softmax(B: Backend, scores: list, shift: Fraction | None = None) -> list:
+    """Enclosures of softmax(scores); shifting by a constant does not change the exact value (any rational
+    `shift`, e.g. one bound for several rows; default the largest upper end, against overflow)."""
+    shift = B.num(max(B.upper(s) for s in scores) if shift is None else shift)
     e = [B.exp(s - shift) for s in scores]
     total = B.dot(e, [B.num(1)] * len(e))
     return [x / total for x in e]
@@ -463,7 +464,8 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list, fine:
     with F.precision():
         S, s_rad = F.centres(moved(F, scores).scale(1 / div))
         v_sq, zero = v_sq or [F.num(x) for x in v_up], F.num(0)
-        P = F.matrix([softmax(F, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
+        tops = S.T.col_bounds()[1]      # each row's largest score, one Fraction per row (the shift's value is free)
+        P = F.matrix([softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)])
         Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
         C, z_rad = F.centres(Z)
         spread_terms = (P @ F.matrix([[x] for x in v_sq])).rows()

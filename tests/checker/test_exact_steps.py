@@ -597,3 +597,25 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
             worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
     assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
     assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
+
+
+@pytest.mark.parametrize("name", ["flint", "mpmath"])
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, n=st.integers(1, 8), shift=st.sampled_from([None, Fraction(0), Fraction(-300), Fraction(77, 3), "top"]))
+def test_softmax_with_any_shift_holds_the_200_bit_value(name, seed, n, shift):
+    """softmax(B, scores, shift): for any rational shift (None: the largest upper end; 0; far below or above
+    the scores; head_output's per-row top), every enclosure holds the 200-bit softmax of the point scores, and
+    flint and mpmath agree to 2^-50. A mutant that shifts one score only, or drops the shift from the sum, fails."""
+    B, rng = make_backend(name, 64), np.random.default_rng(seed)
+    s = [Fraction(int(x), 2 ** 20) for x in rng.integers(-2 ** 26, 2 ** 26, n)]
+    with B.precision():
+        pts = [B.num(x) for x in s]
+        top = B.matrix([pts]).T.col_bounds()[1][0] if shift == "top" else shift
+        out = E.softmax(B, pts, top)
+        other = make_backend("mpmath" if name == "flint" else "flint", 64)
+        with other.precision():
+            alt = E.softmax(other, [other.num(x) for x in s], top)
+    e = [REF.exp(mp(x)) for x in s]
+    for y, a, ex in zip(out, alt, (v / REF.fsum(e) for v in e)):
+        assert mp(B.lower(y)) <= ex <= mp(B.upper(y))
+        assert abs(B.upper(y) - other.upper(a)) <= Fraction(1, 2 ** 50)
