@@ -169,33 +169,52 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split, prec: int):
+def trimmed_centre(split, prec: int, uniform: bool = False):
     """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
     `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
-    the cut centre; None for None."""
+    the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
     if split is None:
         return None
     parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
-    return parts, sqrt_sum_up(pairs)
+    return parts, (uniform_radius(pairs) if uniform else sqrt_sum_up(pairs))
 
 
-def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list):
+def uniform_radius(pairs: list) -> list:
+    """[R] * len(pairs) with R = sqrt_up(max a) + sqrt_up(max b) >= sqrt(a_i) + sqrt(b_i) for every pair (a_i, b_i)
+    of rationals >= 0 (sqrt is increasing and sqrt_up(x) >= sqrt(x)): one bound for all rows, two square roots
+    instead of one pair per row, for rows whose radii are only used through their maximum (keys and values:
+    `head_output` reads max(k.eps), max(v.eps))."""
+    if not pairs:
+        return []
+    r = sqrt_up(max(a for a, _ in pairs)) + sqrt_up(max(b for _, b in pairs))
+    return [r] * len(pairs)
+
+
+def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = False):
     """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
     blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
     product is exact, its centre two float64 parts held as ends (no native entry is made) and its
-    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. None where the layer
-    does not apply (the caller computes as `linear_heads`)."""
+    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. With `uniform`, every
+    row of head h gets the one radius up(norms[h] max_i e_i + R) >= up(norms[h] e_i + r_i) (R >= every
+    rounding radius r_i: `uniform_radius`; up is increasing), a larger radius is still a true one. None
+    where the layer does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec)
+    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec, uniform)
     if out is None:
         return None
     (c1, c2), radius = out
-    dh, split = c1.shape[1] // len(norms), ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
+    dh, m = c1.shape[1] // len(norms), c1.shape[0]
+    if uniform:
+        e = max(X.eps, default=Fraction(0))
+        eps = [[up(n * e + radius[0])] * m if m else [] for n in norms]
+    else:
+        split = ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
+        eps = [up_affine(X.eps, radius, n, split=split) for n in norms]
     heads = []
-    for h, n in enumerate(norms):
+    for h in range(len(norms)):
         part = (c1[:, h * dh:(h + 1) * dh], c2[:, h * dh:(h + 1) * dh])
-        heads.append(Rows(IMat(B, None, (c1.shape[0], dh), (part, part)), up_affine(X.eps, radius, n, split=split)))
+        heads.append(Rows(IMat(B, None, (m, dh), (part, part)), eps[h]))
     return heads
 
 
@@ -254,17 +273,12 @@ def normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centred
 ONE_PART_PREC = 48   # at working precisions up to this, a transcendental factor enters as one float64 part
 
 
-def near_parts(ball, prec: int):
-    """`_near_ball`'s ((p1, p2), d) with |x - p1 - p2| <= d as one part where the working precision `prec` is
-    at most ONE_PART_PREC (its 53 bits are ~2^-5 of that precision's roundings; one part has fewer digits to
-    multiply): ((p1,), d') with d' = 2 max(d, |p2|) >= d + |p2| (a max and a doubling of float64s: exact, no
-    rounding, unless it overflows to inf), so |x - p1| <= d'; None where d' is not finite; else the ball as it
-    is (None stays None)."""
-    if ball is None or prec > ONE_PART_PREC:
-        return ball
-    (p1, p2), d = ball
-    wide = 2 * np.maximum(d, np.abs(p2))
-    return ((p1,), wide) if np.isfinite(wide).all() else None
+def near_parts(B: Backend, data, prec: int):
+    """B's `_near_ball` of the native matrix `data`, ((p1, ...), d) with |x - sum of parts| <= d for every point x
+    of each entry: one float64 part where the working precision `prec` is at most ONE_PART_PREC (its 53 bits are
+    ~2^-5 of that precision's roundings; one part has fewer digits to multiply), else two; None where the backend
+    gives none."""
+    return B._near_ball(data, 1 if prec <= ONE_PART_PREC else 2)
 
 
 def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
@@ -297,8 +311,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     sq = exact_products.row_sums(exact_products.entrywise([v, v]))
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
-        ball = near_parts(fine._near_ball(fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data),
-                          B.prec)
+        ball = near_parts(fine, fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data, B.prec)
     if ball is None:
         return None
     iota, delta = ball
@@ -329,20 +342,22 @@ def normalise_radii(eps_in, rho, sq, delta, rounding, shape) -> list:
 class Rotation(NamedTuple):
     """Rotary rotations of the rows at some positions for the exact layer: out = x * C + x[:, swap] * S
     entrywise, C and S (float64 parts, m x d_head) the midpoints of the cos and -sin / sin enclosures
-    on each pair's two columns (1 and 0 on columns no pair rotates), delta[i] >= the spectral norm of
-    row i's exact rotation minus this one (max over pairs of sqrt(dc^2 + ds^2), from the radii)."""
+    on each pair's two columns (1 and 0 on columns no pair rotates), delta >= the spectral norm of every
+    row's exact rotation minus this one: a pair's difference [[a, -b], [b, a]] has norm sqrt(a^2 + b^2) <=
+    sqrt(dc^2 + ds^2), dc and ds the largest cos and sin radii over all rows and pairs (one bound for all rows:
+    a subset of the rows keeps it)."""
 
     cos: tuple
     sin: tuple
     swap: list
-    delta: list
+    delta: Fraction
 
 
 def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
     """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
     backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
     where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B._near_ball(B.matrix([list(row) for row in rows]).data), prec) for rows in zip(*cos_sin)]
+    balls = [near_parts(B, B.matrix([list(row) for row in rows]).data, prec) for rows in zip(*cos_sin)]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls
@@ -354,33 +369,37 @@ def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64
         for q, (a, b) in enumerate(zip(cm, sm)):
             C[q][:, i1], C[q][:, i2] = a[:, j], a[:, j]
             S[q][:, i1], S[q][:, i2] = -b[:, j], b[:, j]
-    dc, ds = cr.max(axis=1).tolist(), sr.max(axis=1).tolist()
-    return Rotation(tuple(C), tuple(S), swap, [sqrt_up(Fraction(a) ** 2 + Fraction(b) ** 2) for a, b in zip(dc, ds)])
+    dc, ds = (Fraction(float(r.max(initial=0.0))) for r in (cr, sr))
+    return Rotation(tuple(C), tuple(S), swap, sqrt_up(dc * dc + ds * ds))
 
 
 def rotation_rows(rot: Rotation, rows: list) -> Rotation:
     """The rotations of the given rows of `rot` (no arithmetic)."""
-    return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap,
-                    [rot.delta[i] for i in rows])
+    return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap, rot.delta)
 
 
-def exact_rotate(B: Backend, X: Rows, rot: Rotation) -> Rows | None:
+def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> Rows | None:
     """Each row through its exact rotary rotation R (an isometry), by the exact layer, when it is on and X's
     centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`)
     to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding, with
     ||c_i|| <= sqrt(n) max_j |c_ij| <= sqrt(n) sum_parts max |part| (delta, at twice the precision, is ~2^-120:
-    this term is far below the rounding's). None where the layer does not apply."""
+    this term is far below the rounding's). With `uniform`, every row gets up(max_i e_i + R + that term), R >=
+    every row's rounding radius (`uniform_radius`), >= each row's own. None where the layer does not apply."""
     c = exact_backend.point_parts(X.centre, B) if B.exact and B.prec <= EXACT_MAX_PREC else None
     if c is None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
     out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec)
+        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec, uniform)
     if out is None:
         return None
     parts, rounding = out
     peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
-    eps = up_affine(X.eps, rounding, c=up(max(rot.delta, default=Fraction(0)) * sqrt_up(Fraction(c[0].shape[1])) * peak))
+    turn = up(rot.delta * sqrt_up(Fraction(c[0].shape[1])) * peak)
+    if uniform and X.eps:
+        eps = [up(max(X.eps) + rounding[0] + turn)] * len(X.eps)
+    else:
+        eps = up_affine(X.eps, rounding, c=turn)
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
 
 
@@ -409,9 +428,10 @@ def row_sq_uppers(B: Backend, M: IMat) -> tuple:
     return [B.upper(x) for x in enc], enc
 
 
-def softmax(B: Backend, scores: list) -> list:
-    """Enclosures of softmax(scores); shifting by a constant does not change the exact value."""
-    shift = B.num(max(B.upper(s) for s in scores))
+def softmax(B: Backend, scores: list, shift: Fraction | None = None) -> list:
+    """Enclosures of softmax(scores); shifting by a constant does not change the exact value (any rational
+    `shift`, e.g. one bound for several rows; default the largest upper end, against overflow)."""
+    shift = B.num(max(B.upper(s) for s in scores) if shift is None else shift)
     e = [B.exp(s - shift) for s in scores]
     total = B.dot(e, [B.num(1)] * len(e))
     return [x / total for x in e]
@@ -444,7 +464,8 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list, fine:
     with F.precision():
         S, s_rad = F.centres(moved(F, scores).scale(1 / div))
         v_sq, zero = v_sq or [F.num(x) for x in v_up], F.num(0)
-        P = F.matrix([softmax(F, row[:m]) + [zero] * (n - m) for row, m in zip(S.rows(), visible)])
+        tops = S.T.col_bounds()[1]      # each row's largest score, one Fraction per row (the shift's value is free)
+        P = F.matrix([softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)])
         Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
         C, z_rad = F.centres(Z)
         spread_terms = (P @ F.matrix([[x] for x in v_sq])).rows()

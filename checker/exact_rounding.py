@@ -306,25 +306,25 @@ def ball_from_arb(mat):
     return (p1, p2), r
 
 
-def near_ball_from_arb(mat):
-    """((p1, p2), d): float64 arrays with |x - (p1 + p2)| <= d for every point x of each ball of the
+def near_ball_from_arb(mat, parts: int = 2):
+    """((p1, ..), d): `parts` float64 arrays with |x - (p1 + ..)| <= d for every point x of each ball of the
     python-flint arb_mat (of any precision); None when an entry is not finite. p1 = float() of each ball,
-    p2 = float() of the rest mat - p1 (Arb, at the working precision: a ball holding every x - p1), and
-    d = float() of an upper bound of |x - p1 - p2| (Arb's `abs_upper` of the balls (mat - p1) - p2) one
-    `nextafter` step up (float() is Arb's correctly rounded arf_get_d)."""
+    p2 = float() of the rest mat - p1 (Arb, at the working precision: a ball holding every x - p1), and so
+    on; d = float() of an upper bound of |x - p1 - ..| (Arb's `abs_upper` of the last rest, a ball holding
+    every x - p1 - ..) one `nextafter` step up (float() is Arb's correctly rounded arf_get_d)."""
     import flint
 
     m, n = mat.nrows(), mat.ncols()
     if not all(x.is_finite() for x in mat.entries()):
         return None
-    p1 = np.array([float(x) for x in mat.entries()], dtype=np.float64).reshape(m, n)
-    rest = mat - flint.arb_mat(m, n, p1.ravel().tolist())
-    p2 = np.array([float(x) for x in rest.entries()], dtype=np.float64).reshape(m, n)
-    left = rest - flint.arb_mat(m, n, p2.ravel().tolist())
-    d = np.nextafter(np.array([float(x.abs_upper()) for x in left.entries()], dtype=np.float64), np.inf)
-    if not (np.isfinite(p1).all() and np.isfinite(p2).all() and np.isfinite(d).all()):
+    out, rest = [], mat
+    for _ in range(parts):
+        out.append(np.array([float(x) for x in rest.entries()], dtype=np.float64).reshape(m, n))
+        rest = rest - flint.arb_mat(m, n, out[-1].ravel().tolist())
+    d = np.nextafter(np.array([float(x.abs_upper()) for x in rest.entries()], dtype=np.float64), np.inf)
+    if not (all(np.isfinite(p).all() for p in out) and np.isfinite(d).all()):
         return None
-    return (p1, p2), d.reshape(m, n)
+    return tuple(out), d.reshape(m, n)
 
 
 def mpf_ends(rows):

@@ -117,8 +117,8 @@ class FlintBackend(Backend):
     def _native_ball(self, data):
         return ball_from_arb(data) if data.nrows() and data.ncols() else None
 
-    def _near_ball(self, data):
-        return near_ball_from_arb(data) if data.nrows() and data.ncols() else None
+    def _near_ball(self, data, parts: int = 2):
+        return near_ball_from_arb(data, parts) if data.nrows() and data.ncols() else None
 
     def _col_bounds(self, m, groups):
         """Per column (and row block) min of lower / max of upper endpoints, compared as exact Arb points

@@ -285,18 +285,18 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     kv_heads = range(cfg.n_key_value_heads or cfg.n_heads)
     row = (lambda q: q) if where is None else where.__getitem__
 
-    def project(X, m, b, hs):
+    def project(X, m, b, hs, uniform=False):   # uniform: one radius for all rows (keys, values: head_output)
         norms = [W.norm(p + m, h) for h in hs]
-        return (exact_affine(B, X, W.affine(p + m, p + b, True), norms)
+        return (exact_affine(B, X, W.affine(p + m, p + b, True), norms, uniform)
                 or linear_heads(B, X, W.heads_concat(p + m), norms, W.bias(p + b)))
 
     qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
-    ks, vs = project(A, kv["W_K"], kv["b_K"], kv_heads), project(A, kv["W_V"], kv["b_V"], kv_heads)
+    ks, vs = (project(A, kv[m], kv[b], kv_heads, True) for m, b in (("W_K", "b_K"), ("W_V", "b_V")))
     if where is not None:
         ks, vs = [take(B, x, where) for x in ks], [take(B, x, where) for x in vs]
     if cfg.rotary:
         qs = rotated(B, qs, angles, list(queries))
-        ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])))
+        ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])), True)
     n, fine = ks[0].centre.shape[0], fine_heads(B)
     with (fine or B).precision():
         div = attn_divisor(fine or B, cfg)
@@ -332,11 +332,11 @@ class Rotary:
         return self._exact
 
 
-def rotated(B: Backend, heads: list, rotary: Rotary, positions: list) -> list:
+def rotated(B: Backend, heads: list, rotary: Rotary, positions: list, uniform: bool = False) -> list:
     """Every head's rows (at `positions`) through their rotary rotation, by the exact layer where it
-    applies, else entry by entry."""
+    applies (with `uniform`: one radius for all rows, `exact_rotate`), else entry by entry."""
     rot = rotary.exact()
-    fast = [exact_rotate(B, x, rotation_rows(rot, positions)) for x in heads] if rot is not None else []
+    fast = [exact_rotate(B, x, rotation_rows(rot, positions), uniform) for x in heads] if rot is not None else []
     if fast and all(x is not None for x in fast):
         return fast
     angles, pairs = rotary.angles(), rotary_pairs(rotary.cfg)

@@ -294,8 +294,8 @@ class Backend(ABC):
         products; None where the backend has no such form (then `_native_ends`)."""
         return None
 
-    def _near_ball(self, data):
-        """((parts), d): float64 arrays, the parts' exact sum within d of every point of each entry of the
+    def _near_ball(self, data, parts: int = 2):
+        """((parts), d): `parts` float64 arrays, their exact sum within d of every point of each entry of the
         native matrix `data` (for the exact layer's rotations); None where the backend has no such form."""
         return None
 

@@ -172,25 +172,33 @@ def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, prec, seed, ep
         inside(B, out, i, y)
 
 
+def arb_point(x) -> Fraction:
+    """An exact Arb point (fmpz mantissa and exponent) as a Fraction."""
+    man, exp = x.man_exp()
+    return Fraction(int(man)) * Fraction(2) ** int(exp)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=SEEDS, prec=st.sampled_from([40, 48, 49, 64]))
-def test_near_parts_one_part_holds_every_point(seed, prec):
-    """near_parts: at <= 48 bits one part p1 with |x - p1| <= d' for every x within d of p1 + p2 (Fractions;
-    zeros, subnormals and wide exponents), d' >= d + |p2| exactly; above 48 bits the ball unchanged."""
-    rng = np.random.default_rng(seed)
-    p1 = rng.standard_normal((3, 4)) * 2.0 ** rng.integers(-1070, 20, (3, 4))
-    p2 = np.where(rng.random((3, 4)) < 0.2, 0.0, np.spacing(p1) * rng.random((3, 4)))
-    d = np.where(rng.random((3, 4)) < 0.3, 0.0, np.abs(p2) * rng.random((3, 4)) * 2.0 ** rng.integers(-60, 0, (3, 4)))
-    d[0, 0], p2[0, 1] = 5e-324, 5e-324
-    out = E.near_parts(((p1, p2), d), prec)
-    if prec > 48:
-        assert out[0] == (p1, p2) and out[1] is d
-        return
-    (q1,), wide = out
-    assert q1 is p1
-    for a, b, r in zip(p2.ravel(), d.ravel(), wide.ravel()):
-        assert Fraction(float(r)) >= Fraction(float(b)) + abs(Fraction(float(a)))
-    assert E.near_parts(None, prec) is None
+def test_near_parts_holds_every_point(seed, prec):
+    """near_parts (flint: near_ball_from_arb with one part at <= 48 bits, two above): for 96-bit balls with
+    zeros, subnormals, wide exponents and wide radii, both ends mid +- rad of every ball lie within d of the
+    parts' sum (Fractions); one part exactly where prec <= 48; mpmath gives none. A mutant without the
+    nextafter step, or with d from the first rest while keeping two parts, fails here or in the test below."""
+    rng, fine = np.random.default_rng(seed), make_backend("flint", 96)
+    mids = rng.standard_normal(12) * 2.0 ** rng.integers(-1070, 20, 12)
+    mids[0], mids[1] = 0.0, 5e-324
+    with fine.precision():
+        third = [fine.num(Fraction(int(v * 2 ** 40), 2 ** 40) if v else 0) / 3 for v in mids]
+        rads = [x * fine.num(Fraction(2) ** int(-rng.integers(0, 120))) if i % 3 else 0 * x for i, x in enumerate(third)]
+        balls = [t + fine.interval(-arb_point(r.mid()), arb_point(r.mid())) for t, r in zip(third, rads)]
+        parts, d = E.near_parts(fine, fine.matrix([balls[:6], balls[6:]]).data, prec)
+    assert len(parts) == (1 if prec <= 48 else 2)
+    for i, x in enumerate(balls):
+        r, c = divmod(i, 6)
+        total, mid, rad = sum(Fraction(float(p[r, c])) for p in parts), arb_point(x.mid()), arb_point(x.rad())
+        assert abs(mid + rad - total) <= Fraction(float(d[r, c])) and abs(mid - rad - total) <= Fraction(float(d[r, c]))
+    assert E.near_parts(make_backend("mpmath", 96), make_backend("mpmath", 96).matrix([[1]]).data, prec) is None
 
 
 def exact_head(q, K, V, div, visible):
@@ -318,6 +326,10 @@ def test_near_ball_from_arb_holds_every_point():
             centre = flint.arb(float(p1[r, c])) + flint.arb(float(p2[r, c]))
             assert (x - centre).abs_upper() <= flint.arb(float(d[r, c]))
         assert d[0, 0] < 2.0 ** -100 and d[1, 1] == np.nextafter(0.0, 1.0)
+        (q1,), d1 = exact_rounding.near_ball_from_arb(m, 1)
+        assert np.array_equal(q1, p1) and d1[0, 0] > 2.0 ** -60 and d1[1, 1] == np.nextafter(0.0, 1.0)
+        for i, x in enumerate(m.entries()):
+            assert (x - flint.arb(float(q1.flat[i]))).abs_upper() <= flint.arb(float(d1.flat[i]))
         assert exact_rounding.near_ball_from_arb(flint.arb_mat(1, 1, [flint.arb("inf")])) is None
     finally:
         flint.ctx.prec = 64
@@ -525,3 +537,85 @@ def test_trimmed_drops_bits_and_counts_them():
     (k1, k2), pairs = exact_rounding.trimmed((p1, p2), [Fraction(0)])
     assert k1[0, 1] == 2.0 ** -40 and k2[0, 0] == 2.0 ** -60 and k2[0, 1] == 0.0
     assert pairs[0][1] == 2 * (Fraction(2) ** -90 + Fraction(2) ** -130) ** 2     # n max^2, the top 2^1
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 6), prec=st.sampled_from([48, 64]))
+def test_uniform_radii_bound_every_row(seed, m, prec):
+    """exact_affine / exact_rotate with `uniform` (keys and values): the same centres, one radius per head that
+    is >= every row's own radius (rows with different input radii), so every row's 200-bit images stay inside;
+    a mutant taking the minimum over rows instead would fail the >= (the rows' radii differ)."""
+    B, rng = make_backend("flint", prec), np.random.default_rng(seed)
+    k, heads, dh = 5, 2, 4
+    W = (rng.standard_normal((k, heads * dh)) * 0.7).astype(np.float32)
+    b = rng.standard_normal(heads * dh).astype(np.float32)
+    X = point_rows(B, rng, m, k, Fraction(0), scale=float(2.0 ** rng.integers(-3, 4)))
+    X = E.Rows(X.centre, [Fraction(int(rng.integers(0, 1000)), 2 ** 30) for _ in range(m)])
+    norms = [N.operator_norm(W[:, h * dh:(h + 1) * dh]) for h in range(heads)]
+    Wb = B.array(np.vstack([W, b[None, :]]).astype(np.float64))
+    with B.precision():
+        own, one = E.exact_affine(B, X, Wb, norms), E.exact_affine(B, X, Wb, norms, uniform=True)
+    Wm = [[REF.mpf(float(x)) for x in row] for row in W]
+    for h in range(heads):
+        assert centre(B, own[h]) == centre(B, one[h]) and len(set(one[h].eps)) == 1
+        assert one[h].eps[0] >= max(own[h].eps) and one[h].eps[0] <= 2 * max(own[h].eps) + Fraction(1, 2 ** 60)
+        for i in range(m):
+            x = perturbed(B, X, i, X.eps[i], rng.standard_normal(k))
+            inside(B, one[h], i, [REF.fsum(x[r] * Wm[r][j] for r in range(k)) + REF.mpf(float(b[j]))
+                                  for j in range(h * dh, (h + 1) * dh)])
+    fine, theta = make_backend("flint", 2 * prec), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(dh // 2)]
+    pos = rng.integers(0, 5000, m).tolist()
+    with fine.precision():
+        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
+                                for p in pos], [(0, 2), (1, 3)], dh, prec)
+    with B.precision():
+        r_own, r_one = E.exact_rotate(B, own[0], rot), E.exact_rotate(B, own[0], rot, uniform=True)
+    assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
+    assert r_one.eps[0] >= max(r_own.eps)
+    assert r_one.eps[0] <= max(r_own.eps) * (1 + Fraction(1, 2 ** 30)) + Fraction(1, 2 ** 40)
+
+
+@pytest.mark.parametrize("prec", [48, 64])
+@settings(max_examples=12, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 6), half=st.integers(1, 4))
+def test_rotation_delta_bounds_every_row(prec, seed, m, half):
+    """Rotation.delta (one bound for all rows) >= sqrt((cos - C)^2 + (sin - S)^2) of every row and pair, cos and
+    sin at 200 bits, C and S the midpoint parts; rotation_rows keeps it. A mutant taking the smallest radii
+    (or one row's) fails at 48 bits, where one part drops ~2^-53 of each value."""
+    rng = np.random.default_rng(seed)
+    fine = make_backend("flint", 2 * prec)
+    pos, theta = rng.integers(0, 5000, m).tolist(), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
+    pairs = [(2 * j, 2 * j + 1) for j in range(half)]
+    with fine.precision():
+        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
+                                for p in pos], pairs, 2 * half, prec)
+    worst = REF.mpf(0)
+    for i, p in enumerate(pos):
+        for j, (i1, _) in enumerate(pairs):
+            c, s = (sum(REF.mpf(float(part[i, i1])) for part in parts) for parts in (rot.cos, rot.sin))
+            a = mp(p * theta[j])
+            worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
+    assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
+    assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
+
+
+@pytest.mark.parametrize("name", ["flint", "mpmath"])
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, n=st.integers(1, 8), shift=st.sampled_from([None, Fraction(0), Fraction(-300), Fraction(77, 3), "top"]))
+def test_softmax_with_any_shift_holds_the_200_bit_value(name, seed, n, shift):
+    """softmax(B, scores, shift): for any rational shift (None: the largest upper end; 0; far below or above
+    the scores; head_output's per-row top), every enclosure holds the 200-bit softmax of the point scores, and
+    flint and mpmath agree to 2^-50. A mutant that shifts one score only, or drops the shift from the sum, fails."""
+    B, rng = make_backend(name, 64), np.random.default_rng(seed)
+    s = [Fraction(int(x), 2 ** 20) for x in rng.integers(-2 ** 26, 2 ** 26, n)]
+    with B.precision():
+        pts = [B.num(x) for x in s]
+        top = B.matrix([pts]).T.col_bounds()[1][0] if shift == "top" else shift
+        out = E.softmax(B, pts, top)
+        other = make_backend("mpmath" if name == "flint" else "flint", 64)
+        with other.precision():
+            alt = E.softmax(other, [other.num(x) for x in s], top)
+    e = [REF.exp(mp(x)) for x in s]
+    for y, a, ex in zip(out, alt, (v / REF.fsum(e) for v in e)):
+        assert mp(B.lower(y)) <= ex <= mp(B.upper(y))
+        assert abs(B.upper(y) - other.upper(a)) <= Fraction(1, 2 ** 50)

@@ -229,7 +229,15 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # of several float64 parts cut as one sum with exact carries (exact_products.cut_sum_rows; parts_times_point
 # falls back to a cut per part where the first digit would pass 2^b): exact +23. At working precisions up to
 # 48 bits the rotary cos/sin and the LayerNorm scale enter as one float64 part (error_balls.near_parts): kernel +8.
-BUDGETS = {"kernel": 2149, "exact": 964, "prediction": 252, "overwhelm": 764, "accuracy": 1248, "influence": 1238}
+# Keys' and values' radii as one bound per head (error_balls.uniform_radius, exact_affine / exact_rotate's
+# `uniform`; head_output reads only their maxima): kernel +15 (paper-scale check 2.07 -> 2.01 s CPU).
+# Rotation.delta one bound for all rows (no Fraction per row, no max per head): kernel -1.
+# One-part near balls asked of the backend (Backend._near_ball(data, parts), exact_rounding.near_ball_from_arb's
+# parts loop) instead of derived from two parts (error_balls.near_parts): kernel -5, exact 0 (Rotary.exact at
+# 48 bits 0.152 -> 0.118 s at paper scale).
+# softmax's shift given (any rational: the exact softmax does not depend on it): head_output passes each row's
+# top from one col_bounds instead of an upper end per score: kernel +1 (softmax 0.040 -> 0.012 s exclusive).
+BUDGETS = {"kernel": 2159, "exact": 964, "prediction": 252, "overwhelm": 764, "accuracy": 1248, "influence": 1238}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
