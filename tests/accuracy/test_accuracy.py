@@ -22,6 +22,7 @@ from tcert.generator.model.forward import logits
 from tcert.generator.model.files import save_model
 from tcert.testing.mutation import max_token_gaps
 from tcert.testing.accuracy import constructed
+from tcert.testing.regeneration import float_differences
 
 STRATEGIES = ("brute", "cubic", "subcubic:svd", "subcubic:svd2", "subcubic:svd-rec", "subcubic:svd-rec+eu",
               "subcubic:exact-eqke", "refine:1.1x", "refine")
@@ -291,7 +292,9 @@ def test_shipped_certificates_verify_and_are_reproducible(name):
     with certificate.recording_command(cert["generator"]["command"]):     # as the CLI run recorded it
         regenerated, _ = make_certificate(load_model(str(SHIPPED_MODEL)), cert["generator"]["strategy"],
                                           cert["generator"].get("true_count"))
-    assert certificate.dumps(regenerated) == path.read_text()
+    again = certificate.dumps(regenerated)
+    if again != path.read_text():        # another machine's BLAS: float last bits only (tcert.testing.regeneration)
+        assert float_differences(json.loads(path.read_text()), json.loads(again)) == []
 
 
 def test_cli_writes_a_certificate_that_verifies(tmp_path, capsys):

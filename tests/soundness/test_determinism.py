@@ -20,6 +20,7 @@ from tcert.checker.verify import verify
 from tcert.checker.envelope import load_certificate
 from tcert.checker.modelfile import load_model
 from tcert.testing import CERTIFICATES
+from tcert.testing.regeneration import float_differences
 from tcert.generator import certificate
 from tcert.generator.cli import main as tcert
 from tcert.generator.model.files import save_model
@@ -170,39 +171,6 @@ def regenerate(path, tmp_path) -> tuple:
     finally:
         os.chdir(cwd)
     return shipped, (tmp_path / out).read_bytes()
-
-
-def as_float(value):
-    """`value` as a float when it is a JSON number or a string holding a float (hex or decimal), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    if isinstance(value, str):
-        try:
-            return float.fromhex(value) if "0x" in value.lower() else float(value)
-        except ValueError:
-            return None
-    return float(value)
-
-
-def float_differences(a, b, where="") -> list:
-    """Where two parsed certificates differ, as (path, shipped, again), except floats within 2^-30 of each
-    other relative to max(1, |x|): the last bits a float computation (SVD, an LP solver) leaves to the BLAS
-    kernel. Any other difference (a key, a length, a string, an integer, a float further apart) is listed."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return [(where, sorted(a), sorted(b))]
-        return [d for k in a for d in float_differences(a[k], b[k], f"{where}/{k}")]
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [(where, len(a), len(b))]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in float_differences(x, y, f"{where}[{i}]")]
-    if a == b:
-        return []
-    fa, fb = as_float(a), as_float(b)
-    is_int = isinstance(a, int) and isinstance(b, int)
-    if fa is None or fb is None or is_int or abs(fa - fb) > 2.0 ** -30 * max(1.0, abs(fa), abs(fb)):
-        return [(where, a, b)]
-    return []
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(pathlib.Path(p).relative_to(CERTIFICATES)))
