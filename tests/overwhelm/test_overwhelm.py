@@ -24,6 +24,7 @@ from tcert.checker.kinds.overwhelm import check
 from tcert.checker.modelfile import load_model
 from tcert.checker.obligations import Obligations
 from tcert.testing import CERTIFICATES
+from tcert.testing.regeneration import float_differences
 from tcert.generator.cli import main as tcert
 from tcert.generator.model.forward import logits as float_logits
 from tcert.generator.overwhelm.naive_lp import generate
@@ -366,7 +367,7 @@ def test_cli_writes_only_when_overwhelmed(shipped, tmp_path, capsys):
     made, shipped_cert = json.loads(out.read_text()), json.loads(CERT.read_text())
     assert made["generator"].pop("command")[-3:] == ["--out", str(out), "--json"]
     shipped_cert["generator"].pop("command")
-    assert made == shipped_cert
+    assert float_differences(shipped_cert, made) == []     # equal but for another machine's BLAS last bits
     assert tcert(["overwhelm", "--model", str(MODEL), "--query-id", "99", "--free", "any:2", "--out", str(out)]) == 2
 
 
