@@ -142,6 +142,15 @@ def take(B: Backend, X: Rows, rows: list) -> Rows:
     return Rows(B.matrix([[data[i, j] for j in range(X.centre.shape[1])] for i in rows]), eps)
 
 
+def stack(B: Backend, balls: list) -> Rows:
+    """The rows of several error balls (same width) one after another (no arithmetic)."""
+    eps, parts = sum((list(x.eps) for x in balls), []), [exact_backend.multi_point(x.centre) for x in balls]
+    if all(p is not None and len(p) == len(parts[0]) for p in parts):
+        joined = tuple(np.vstack([p[i] for p in parts]) for i in range(len(parts[0])))
+        return Rows(IMat(B, None, (len(eps), joined[0].shape[1]), (joined, joined)), eps)
+    return Rows(B.matrix(sum((x.centre.rows() for x in balls), [])), eps)
+
+
 def add(B: Backend, *terms: Rows) -> Rows:
     """The sum of error balls (same shape): centres added, radii add (triangle inequality)."""
     total = terms[0].centre
@@ -281,11 +290,11 @@ def near_parts(B: Backend, data, prec: int):
     return B._near_ball(data, 1 if prec <= ONE_PART_PREC else 2)
 
 
-def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
+def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: bool) -> Rows | None:
     """`normalise` by the exact layer, when it is on and X's centres are points: w, b float64 rows (None:
-    none), `centring` the point matrix d I - 11^T (None: RMSNorm). None where the layer does not apply.
+    none), `centring` False for RMSNorm. None where the layer does not apply.
 
-    Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is an exact product, kept as two
+    Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is exact (`exact_products.centred`), kept as two
     float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
@@ -300,11 +309,11 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if c is None:
         return None
     m, d = X.centre.shape
-    if centring is None:
+    if not centring:
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False), B.prec)
+        out = trimmed_centre(exact_rounding.split_centre(exact_products.centred(c)), B.prec)
         if out is None:
             return None
         v, rho = out
@@ -419,13 +428,18 @@ def row_sq_norms(B: Backend, M: IMat) -> list:
 
 
 def row_sq_uppers(B: Backend, M: IMat) -> tuple:
-    """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- the exact sums of squares where M is a point held
-    as float64 parts (enc None: no enclosure made), else the upper ends of the enclosures enc (`row_sq_norms`)."""
-    parts = exact_backend.multi_point(M)
-    if parts is not None and B.exact:
-        return exact_products.row_sums(exact_products.entrywise([parts, parts])), None
-    enc = row_sq_norms(B, M)
-    return [B.upper(x) for x in enc], enc
+    """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- where M is a point held as float64 parts, sums of
+    squares of its magnitudes rounded up onto a grid of about 2^-24 of each row's top (`exact_products.
+    row_square_bounds`; enc None: no enclosure made), else the upper ends of the enclosures enc (`row_sq_norms`)."""
+    key = ("row_sq", B.name, B.prec)       # cached: one matrix may be every head's values (`forward.mixed_values`)
+    if key not in M.cuts:
+        parts = exact_backend.multi_point(M)
+        if parts is not None and B.exact:
+            M.cuts[key] = exact_products.row_square_bounds(parts), None
+        else:
+            enc = row_sq_norms(B, M)
+            M.cuts[key] = [B.upper(x) for x in enc], enc
+    return M.cuts[key]
 
 
 def softmax(B: Backend, scores: list, shift: Fraction | None = None) -> list:
@@ -489,7 +503,7 @@ def pattern_times_values(F: Backend, P: IMat, V: IMat) -> IMat:
     """P V at F for the pattern P (F's balls) and values V: by the exact layer where V is a point of float64
     parts and P's balls lie within d of float64 parts (`exact_backend.near_times_parts`), else F's product."""
     near, parts = F._near_ball(P.data), exact_backend.multi_point(V)
-    ends = exact_backend.near_times_parts(near, parts) if near is not None and parts is not None else None
+    ends = exact_backend.near_times_parts(near, parts, V.cuts) if near is not None and parts is not None else None
     return IMat(F, None, (P.shape[0], V.shape[1]), ends) if ends is not None else P @ moved(F, V)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from tcert.checker import operator_norms
 from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output,
-                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, take)
+                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, stack, take)
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
@@ -262,11 +262,9 @@ def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows
     if prefix is None:
         return X
     w_max, t = W.max_abs(prefix + ".w"), W.model.tensors
-    d = X.centre.shape[1]
     b = None if cfg.has_rms else np.asarray(t[prefix + ".b"], dtype=np.float64).reshape(1, -1)
-    centring = None if cfg.has_rms else W._cached(("centring", d), lambda: B.array(d * np.eye(d) - 1))
     fast = exact_normalise(B, X, np.asarray(t[prefix + ".w"], dtype=np.float64).reshape(1, -1), b, cfg.eps, w_max,
-                           centring)
+                           not cfg.has_rms)
     if fast is not None:
         return fast
     w = W.vec(prefix + ".w")
@@ -291,19 +289,37 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
                 or linear_heads(B, X, W.heads_concat(p + m), norms, W.bias(p + b)))
 
     qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
-    ks, vs = (project(A, kv[m], kv[b], kv_heads, True) for m, b in (("W_K", "b_K"), ("W_V", "b_V")))
+    ks = project(A, kv["W_K"], kv["b_K"], kv_heads, True)
+    n = A.centre.shape[0] if where is None else len(where)
+    mixed = len(queries) * cfg.d_model <= n * cfg.d_head     # few queries: values after the pattern
+    vs = [take(B, A, where or range(n))] * len(kv_heads) if mixed else project(A, kv["W_V"], kv["b_V"], kv_heads, True)
     if where is not None:
-        ks, vs = [take(B, x, where) for x in ks], [take(B, x, where) for x in vs]
+        ks, vs = [take(B, x, where) for x in ks], vs if mixed else [take(B, x, where) for x in vs]
     if cfg.rotary:
         qs = rotated(B, qs, angles, list(queries))
-        ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])), True)
-    n, fine = ks[0].centre.shape[0], fine_heads(B)
+        ks = rotated(B, ks, angles, list(range(n)), True)
+    fine = fine_heads(B)
     with (fine or B).precision():
         div = attn_divisor(fine or B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
     out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
+    if mixed:
+        out = mixed_values(B, cfg, out, project(stack(B, out), kv["W_V"], kv["b_V"], kv_heads))
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
+
+
+def mixed_values(B: Backend, cfg, mixes: list, projected: list) -> list:
+    """Head h's output from its mix m_h = sum_r a_r A_r of the normalised rows A_r (`head_output` with the
+    rows A as its values: a convex combination of error balls like any other), given every mix through every
+    key/value head's value map (`projected[g]`: the rows of all mixes stacked, through W_V,g and b_V,g).
+
+    Why. With v_r = A_r W_V + b_V and sum_r a_r = 1 (a softmax), sum_r a_r v_r = (sum_r a_r A_r) W_V + b_V
+    exactly: the pattern may multiply the normalised rows first. The value map is then a `linear` step on one
+    ball per query row (radius ||W_V,g||_2 e_m plus rounding), instead of a product for every position; the
+    softmax bounds read the rows A (max ||A^_r||, their spread) instead of the values."""
+    q = mixes[0].centre.shape[0]
+    return [take(B, projected[kv_head(cfg, h)], range(h * q, (h + 1) * q)) for h in range(len(mixes))]
 
 
 class Rotary:

@@ -113,10 +113,9 @@ def test_exact_normalise_ball_holds_images(centred, prec, seed, eps, d, spread):
     w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
     b = (0.1 * rng.standard_normal(d)).astype(np.float32) if centred else None
     X = point_rows(B, rng, 2, d, eps, spread, parts=1 + seed % 2)
-    cen = B.array(d * np.eye(d) - 1) if centred else None
     with B.precision():
         out = E.exact_normalise(B, X, w.astype(np.float64)[None, :], None if b is None else b.astype(np.float64)[None, :],
-                                eps_ln, N.max_abs(w), cen)
+                                eps_ln, N.max_abs(w), centred)
         native = E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, X)]), X.eps)
         old = E.normalise(B, native, B.array(w).rows()[0], None if b is None else B.array(b).rows()[0], eps_ln,
                           N.max_abs(w), centred)
