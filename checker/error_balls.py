@@ -427,6 +427,29 @@ def row_sq_norms(B: Backend, M: IMat) -> list:
     return [B.dot(row, row) for row in M.rows()]
 
 
+def row_sq_max(B: Backend, M: IMat) -> Fraction:
+    """An exact rational >= max_i ||row i||_2^2 of M (cached): the largest of `row_sq_uppers`, compared as
+    integers where they are the grid bounds of float64 parts (`exact_products.row_square_bounds`)."""
+    key = ("row_sq_max", B.name, B.prec)
+    if key not in M.cuts:
+        parts = exact_backend.multi_point(M)
+        if parts is not None and B.exact and M.shape[0]:
+            sums, exps = _square_sums(M, parts)
+            low = min(exps)
+            top = max(v << (e - low) for v, e in zip(sums, exps))
+            M.cuts[key] = Fraction(top << low) if low >= 0 else Fraction(top, 1 << -low)
+        else:
+            M.cuts[key] = max(row_sq_uppers(B, M)[0], default=Fraction(0))
+    return M.cuts[key]
+
+
+def _square_sums(M: IMat, parts) -> tuple:
+    """`exact_products.row_square_bounds` of M's parts, cached on M."""
+    if "square sums" not in M.cuts:
+        M.cuts["square sums"] = exact_products.row_square_bounds(parts)
+    return M.cuts["square sums"]
+
+
 def row_sq_uppers(B: Backend, M: IMat) -> tuple:
     """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- where M is a point held as float64 parts, sums of
     squares of its magnitudes rounded up onto a grid of about 2^-24 of each row's top (`exact_products.
@@ -435,7 +458,8 @@ def row_sq_uppers(B: Backend, M: IMat) -> tuple:
     if key not in M.cuts:
         parts = exact_backend.multi_point(M)
         if parts is not None and B.exact:
-            M.cuts[key] = exact_products.row_square_bounds(parts), None
+            sums, exps = _square_sums(M, parts)
+            M.cuts[key] = [Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e) for v, e in zip(sums, exps)], None
         else:
             enc = row_sq_norms(B, M)
             M.cuts[key] = [B.upper(x) for x in enc], enc
@@ -469,34 +493,72 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list, fine:
     <= delta sqrt(sum_r a_r(t) |v^_r - c|^2) for any c (the weighted mean minimises it) <= delta e^delta
     sqrt(sum_r a_r |v^_r - c|^2) (a_r(t) <= e^(2 delta) a_r), with c the new centre; and (hull) z(s) and
     the centre differ by at most max_r |v^_r - c|. The smallest of these is used."""
-    F, div_lo, n = fine or B, B.lower(div), k.centre.shape[0]
-    scores = q.centre @ k.centre.T
-    q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
+    return head_outputs(B, [q], [k], v, div, visible, fine)[0]
+
+
+def head_outputs(B: Backend, qs: list, ks: list, v: Rows, div, visible: list, fine: Backend | None = None) -> list:
+    """`head_output` for several heads (queries qs[h], keys ks[h], the same rows `visible`) whose values are the
+    same rows v: the heads' patterns stacked, so that one product P V serves them all (`forward.mixed_values`:
+    every head mixes the normalised rows); each row's bound is `head_output`'s, row by row."""
+    F, ev, m = fine or B, largest(v.eps), len(visible)
     v_up, v_sq = row_sq_uppers(B, v.centre)
-    k_max, v_max = sqrt_up(max(row_sq_uppers(B, k.centre)[0])), sqrt_up(max(v_up))
-    ek, ev = max(k.eps), max(v.eps)
+    v_max = sqrt_up(row_sq_max(B, v.centre))
+    scores = [q.centre @ k.centre.T for q, k in zip(qs, ks)]
     with F.precision():
-        S, s_rad = F.centres(moved(F, scores).scale(1 / div))
-        v_sq, zero = v_sq or [F.num(x) for x in v_up], F.num(0)
-        tops = S.T.col_bounds()[1]      # each row's largest score, one Fraction per row (the shift's value is free)
-        P = F.matrix([softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)])
+        rows, deltas = [], []
+        for q, k, sc in zip(qs, ks, scores):
+            P, delta = pattern(B, F, q, k, sc, div, visible)
+            rows, deltas = rows + P, deltas + delta
+        P = F.matrix(rows)
         Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
         C, z_rad = F.centres(Z)
-        spread_terms = (P @ F.matrix([[x] for x in v_sq])).rows()
+        spread_terms = (P @ squares_column(F, v.centre, v_up, v_sq)).rows()
         errs = []
         for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
             c_sq = F.dot(c, c)
             spread = max(F.upper(spread_terms[i][0] - 2 * F.dot(c, z) + c_sq), Fraction(0))
-            delta = up((q.eps[i] * k_max + (q_norm[i] + q.eps[i]) * ek) / div_lo + s_rad[i])
             hull = v_max + sqrt_up(F.upper(c_sq))
-            move = softmax_move(F, delta, v_max, spread)
+            move = softmax_move(F, deltas[i], v_max, spread)
             errs.append(ev + (hull if move is None else min(hull, z_rad[i] + move)))
         near = F._near_ball(C.data) if fine is not None else None
     if near is None:
-        return Rows(C, [up(e) for e in errs])
-    parts, dist = near      # |c_ij - (p1 + p2)_ij| <= dist_ij: the row's l2 distance joins its radius
-    errs = [up(e + sqrt_up(sum((Fraction(x) ** 2 for x in row), Fraction(0)))) for e, row in zip(errs, dist.tolist())]
-    return Rows(IMat(B, None, C.shape, (parts, parts)), errs)
+        out = Rows(C, [up(e) for e in errs])
+    else:
+        parts, dist = near      # |c_ij - (p1 + p2)_ij| <= dist_ij: the row's l2 distance, <= sqrt(n) max_j dist_ij, joins its radius
+        errs = [up(e + sqrt_up(len(row) * Fraction(max(row, default=0.0)) ** 2)) for e, row in zip(errs, dist.tolist())]
+        out = Rows(IMat(B, None, C.shape, (parts, parts)), errs)
+    return [take(B, out, range(h * m, (h + 1) * m)) for h in range(len(qs))]
+
+
+def largest(xs: list) -> Fraction:
+    """max(xs) for a nonempty list of rationals, each distinct object compared once (one radius shared by
+    many rows: `uniform_radius`)."""
+    return max({id(x): x for x in xs}.values())
+
+
+def pattern(B: Backend, F: Backend, q: Rows, k: Rows, scores: IMat, div, visible: list):
+    """(rows, deltas): one head's softmax pattern at F (rows of F's enclosures, zero past `visible`) from the
+    point scores q^ k^T (`scores`) over div, and per row the bound delta_i of `head_output`'s docstring (every
+    exact score of row i within delta_i of the point score used)."""
+    div_lo, n = B.lower(div), k.centre.shape[0]
+    q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
+    k_max, ek = sqrt_up(row_sq_max(B, k.centre)), largest(k.eps)
+    S, s_rad = F.centres(moved(F, scores).scale(1 / div))
+    tops, zero = S.T.col_bounds()[1], F.num(0)      # each row's largest score (the shift's value is free)
+    rows = [softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)]
+    deltas = [up((eq * k_max + (qn + eq) * ek) / div_lo + sr) for eq, qn, sr in zip(q.eps, q_norm, s_rad)]
+    return rows, deltas
+
+
+def squares_column(F: Backend, V: IMat, v_up: list, v_sq) -> IMat:
+    """The column of the values' squared row norms at F: the enclosures v_sq, or the exact bounds v_up (cached
+    on V: several heads read them)."""
+    if v_sq is not None:
+        return F.matrix([[x] for x in v_sq])
+    key = ("squares column", F.name, F.prec)
+    if key not in V.cuts:
+        V.cuts[key] = F.matrix([[F.num(x)] for x in v_up])
+    return V.cuts[key]
 
 
 def pattern_times_values(F: Backend, P: IMat, V: IMat) -> IMat:

@@ -507,8 +507,9 @@ def centred(parts) -> Exact:
     return Exact(tuple(terms), top, np.zeros(d, np.int64), bits)
 
 
-def row_square_bounds(parts) -> list:
-    """Per row i, an exact Fraction >= ||x_i||_2^2 for x the exact sum of float64 parts (m x n): each |part|
+def row_square_bounds(parts) -> tuple:
+    """(sums, exps): Python ints with sums_i 2^exps_i >= ||x_i||_2^2 for every row i of x, the exact sum of
+    float64 parts (m x n): each |part|
     rounded up onto the grid of 2^(t_i - g) (t_i the row's top over all parts: |part| < 2^t_i; g = (62 - bit
     length of n) // 2 - bit length of the part count), q = ceil(|p| 2^(g - t_i)), at least 1 where p != 0. Then
     |x_ij| <= sum_p q_pij 2^(t_i - g) with integers Q = sum_p q_p <= k 2^g, so Q^2 n < 2^62: int64 squares and
@@ -524,8 +525,7 @@ def row_square_bounds(parts) -> list:
         q = np.ceil(_scaled(np.abs(p), g - top, 0))
         total += np.where(p != 0, np.maximum(q, 1.0), 0.0).astype(np.int64)     # <= 2^g each: exact
     _require(int(total.max(initial=0)) <= len(parts) << g, "a rounded magnitude above its grid's bound")
-    sums = (total * total).sum(axis=1).tolist()
-    return [Fraction(v << 2 * e) if e >= 0 else Fraction(v, 1 << -2 * e) for v, e in zip(sums, (top - g).tolist())]
+    return (total * total).sum(axis=1).tolist(), (2 * (top - g)).tolist()
 
 
 def row_sums(x: Exact) -> list:

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from tcert.checker import operator_norms
-from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output,
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output, head_outputs,
                                        heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, stack, take)
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
@@ -292,7 +292,7 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     ks = project(A, kv["W_K"], kv["b_K"], kv_heads, True)
     n = A.centre.shape[0] if where is None else len(where)
     mixed = len(queries) * cfg.d_model <= n * cfg.d_head     # few queries: values after the pattern
-    vs = [take(B, A, where or range(n))] * len(kv_heads) if mixed else project(A, kv["W_V"], kv["b_V"], kv_heads, True)
+    vs = take(B, A, where or range(n)) if mixed else project(A, kv["W_V"], kv["b_V"], kv_heads, True)
     if where is not None:
         ks, vs = [take(B, x, where) for x in ks], vs if mixed else [take(B, x, where) for x in vs]
     if cfg.rotary:
@@ -302,9 +302,11 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
     with (fine or B).precision():
         div = attn_divisor(fine or B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
-    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
     if mixed:
+        out = head_outputs(B, [qs[h] for h in heads], [ks[kv_head(cfg, h)] for h in heads], vs, div, visible, fine)
         out = mixed_values(B, cfg, out, project(stack(B, out), kv["W_V"], kv["b_V"], kv_heads))
+    else:
+        out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
 
