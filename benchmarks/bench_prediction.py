@@ -84,7 +84,8 @@ STEPS = {"load+hash": [("tcert.checker.verify", "load_model"), ("tcert.checker.c
          "LN": [("tcert.checker.forward", "normalised")],
          "QKV": [("tcert.checker.forward", "exact_affine"), ("tcert.checker.forward", "linear_heads")],
          "rotary": [("tcert.checker.forward", "rotated")],
-         "heads": [("tcert.checker.forward", "head_output"), ("tcert.checker.forward", "heads_output")],
+         "heads": [("tcert.checker.forward", "head_output"), ("tcert.checker.forward", "head_outputs"),
+                   ("tcert.checker.forward", "mixed_values"), ("tcert.checker.forward", "heads_output")],
          "MLP": [("tcert.checker.forward", "mlp_output")],
          "gaps": [("tcert.checker.kinds.prediction", "exact_gap_table"), ("tcert.checker.forward", "last_logits")]}
 

@@ -184,8 +184,8 @@ def trimmed_centre(split, prec: int, uniform: bool = False):
     the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
-    return parts, (uniform_radius(pairs) if uniform else sqrt_sum_up(pairs))
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec), uniform)
+    return parts, (uniform_radius(pairs) * parts[0].shape[0] if uniform and pairs else sqrt_sum_up(pairs))
 
 
 def uniform_radius(pairs: list) -> list:
@@ -195,7 +195,7 @@ def uniform_radius(pairs: list) -> list:
     `head_output` reads max(k.eps), max(v.eps))."""
     if not pairs:
         return []
-    r = sqrt_up(max(a for a, _ in pairs)) + sqrt_up(max(b for _, b in pairs))
+    r = sqrt_up(largest([a for a, _ in pairs])) + sqrt_up(largest([b for _, b in pairs]))
     return [r] * len(pairs)
 
 
@@ -215,7 +215,7 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = Fal
     (c1, c2), radius = out
     dh, m = c1.shape[1] // len(norms), c1.shape[0]
     if uniform:
-        e = max(X.eps, default=Fraction(0))
+        e = largest(X.eps) if X.eps else Fraction(0)
         eps = [[up(n * e + radius[0])] * m if m else [] for n in norms]
     else:
         split = ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
@@ -362,11 +362,11 @@ class Rotation(NamedTuple):
     delta: Fraction
 
 
-def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
-    """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
-    backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
-    where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B, B.matrix([list(row) for row in rows]).data, prec) for rows in zip(*cos_sin)]
+def rotation(B: Backend, tables: tuple, pairs: list, d_head: int, prec: int = 64):
+    """The `Rotation` of rows with the cos and sin enclosures `tables` (two matrices of B, a row per row and a
+    column per pair, e.g. `forward.rotary_tables` at a raised precision), for a pass at working precision `prec`
+    (`near_parts`), or None where it gives no float64 parts (`_near_ball`)."""
+    balls = [near_parts(B, t.data, prec) for t in tables]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls
@@ -406,7 +406,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
     peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
     turn = up(rot.delta * sqrt_up(Fraction(c[0].shape[1])) * peak)
     if uniform and X.eps:
-        eps = [up(max(X.eps) + rounding[0] + turn)] * len(X.eps)
+        eps = [up(largest(X.eps) + rounding[0] + turn)] * len(X.eps)
     else:
         eps = up_affine(X.eps, rounding, c=turn)
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)

@@ -13,6 +13,7 @@ Also here, for the overwhelm and accuracy kinds: per-coordinate interval version
 and rotary embeddings (`layer_norm`, `mlp`, `rotate`, ...), which they apply to their own enclosures.
 """
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -166,6 +167,25 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
         angles = [scaled * t for t in thetas]
         out[p] = ([B.cos(a) for a in angles], [B.sin(a) for a in angles])
     return out
+
+
+def rotary_tables(B: Backend, cfg, n: int) -> tuple:
+    """(C, S): matrices (n x rotary_dim/2) of enclosures of cos and sin of p phi_j for positions p < n, phi_j =
+    rotary_base^(-2j/rotary_dim) / rotary_scaling_factor (the angles of `rotary_angles`), by angle addition:
+    with p = a L + b (L = ceil(sqrt n)), cos(p phi) = cos(a L phi) cos(b phi) - sin(a L phi) sin(b phi) and
+    sin(p phi) = sin(a L phi) cos(b phi) + cos(a L phi) sin(b phi), exact identities that ball arithmetic
+    encloses (two small matrix products per pair): 2 (L + n / L) cosines and sines per pair instead of 2 n."""
+    half, side = cfg.rotary_dim // 2, math.isqrt(max(n - 1, 0)) + 1
+    log_base, cols = B.log(B.num(cfg.rotary_base)), ([], [])
+    for j in range(half):
+        phi = B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) * B.num(1 / Fraction(cfg.rotary_scaling_factor))
+        low = [B.num(b) * phi for b in range(side)]
+        small = B.matrix([[B.cos(x) for x in low], [B.sin(x) for x in low]])       # 2 x L: cos, sin of b phi
+        high = [B.num(a * side) * phi for a in range(-(-n // side))]
+        big = [(B.cos(x), B.sin(x)) for x in high]
+        for out, rows in zip(cols, ([[c, -t] for c, t in big], [[t, c] for c, t in big])):
+            out.append([x for row in B._native_matmul(B.matrix(rows), small).rows() for x in row][:n])
+    return tuple(B.matrix([list(row) for row in zip(*c)]) if half else B.matrix([[]] * n) for c in cols)
 
 
 def rotary_pairs(cfg) -> list:
@@ -344,8 +364,7 @@ class Rotary:
             if self.B.exact and self.B.prec <= EXACT_MAX_PREC:
                 fine = make_backend(self.B.name, 2 * self.B.prec)
                 with fine.precision():
-                    angles = rotary_angles(fine, self.cfg, range(self.n))
-                    self._exact = rotation(fine, [angles[p] for p in range(self.n)], rotary_pairs(self.cfg),
+                    self._exact = rotation(fine, rotary_tables(fine, self.cfg, self.n), rotary_pairs(self.cfg),
                                            self.cfg.d_head, self.B.prec)
         return self._exact
 

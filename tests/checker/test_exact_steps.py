@@ -64,6 +64,12 @@ def perturbed(B, X, i, eps, v):
     return [a + x / n * mp(eps) * (1 - REF.mpf(2) ** -150) for a, x in zip(c, v)] if n else c
 
 
+
+def tables(B, pos, theta):
+    """The cos and sin matrices of `E.rotation`: a row per position p, a column per angle p t."""
+    return (B.matrix([[B.cos(B.num(p * t)) for t in theta] for p in pos]),
+            B.matrix([[B.sin(B.num(p * t)) for t in theta] for p in pos]))
+
 @settings(max_examples=12, deadline=None)
 @given(seed=SEEDS, eps=EPS, shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 3), st.integers(1, 4)))
 def test_exact_affine_ball_holds_images_and_is_no_wider(seed, eps, shape):
@@ -152,8 +158,7 @@ def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, prec, seed, ep
     X = point_rows(B, rng, m, dh, eps)
     fine = make_backend("flint", 2 * prec)
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], pairs, dh, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), pairs, dh, prec)
     assert len(rot.cos) == (1 if prec == 48 else 2)
     with B.precision():
         out = E.exact_rotate(B, X, rot)
@@ -565,8 +570,7 @@ def test_uniform_radii_bound_every_row(seed, m, prec):
     fine, theta = make_backend("flint", 2 * prec), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(dh // 2)]
     pos = rng.integers(0, 5000, m).tolist()
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], [(0, 2), (1, 3)], dh, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), [(0, 2), (1, 3)], dh, prec)
     with B.precision():
         r_own, r_one = E.exact_rotate(B, own[0], rot), E.exact_rotate(B, own[0], rot, uniform=True)
     assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
@@ -586,8 +590,7 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
     pos, theta = rng.integers(0, 5000, m).tolist(), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
     pairs = [(2 * j, 2 * j + 1) for j in range(half)]
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], pairs, 2 * half, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), pairs, 2 * half, prec)
     worst = REF.mpf(0)
     for i, p in enumerate(pos):
         for j, (i1, _) in enumerate(pairs):
