@@ -328,14 +328,17 @@ def test_row_square_bounds_bound_and_are_tight(case):
 
 
 def test_row_square_bounds_of_subnormal_and_zero_rows():
-    """A subnormal entry counts as one grid unit (never 0); a zero row gives 0; the all-ones row is exact."""
-    x = np.zeros((3, 4))
+    """A subnormal entry counts as one grid unit (never 0), also where its scaling underflows (a row topped by
+    2^996: the grid unit is far below 2^-1074); a zero row gives 0; the all-ones row is exact."""
+    x = np.zeros((4, 4))
     x[0, 1] = 5e-324
     x[2] = 1.0
+    x[3, :2] = 2.0 ** 996, 5e-324
     sums, exps = ep.row_square_bounds([x])
     bounds = [Fraction(v) * TWO ** e for v, e in zip(sums, exps)]
     assert bounds[0] >= Fraction(5e-324) ** 2 and bounds[0] > 0
     assert bounds[1] == 0 and bounds[2] == 4
+    assert bounds[3] > Fraction(2) ** 1992       # 2^996 is on the grid: only the subnormal's unit adds to it
 
 
 def test_sum_of_parts_carries_to_a_first_digit_at_the_bound():

@@ -5,6 +5,7 @@ every enclosure holds the 200-bit images of points of the input balls, every exa
 Fraction, and no step's radius is wider than the entry-by-entry step it replaces."""
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 import flint
 import numpy as np
@@ -15,7 +16,7 @@ from mpmath.ctx_mp import MPContext
 from tcert.checker import error_balls as E
 from tcert.checker import exact_backend, exact_products, exact_rounding
 from tcert.checker import operator_norms as N
-from tcert.checker.forward import rotary_pairs, rotate
+from tcert.checker.forward import rotary_angles, rotary_pairs, rotary_tables, rotate
 from tcert.checker.interval import IMat, make_backend
 
 REF = MPContext()
@@ -599,6 +600,30 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
             worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
     assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
     assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
+
+
+@pytest.mark.parametrize("name", ["flint", "mpmath"])
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 40), half=st.integers(1, 4), base=st.sampled_from([10000, 7, 500000]),
+       factor=st.sampled_from([Fraction(1), Fraction(4), Fraction(5, 2)]), prec=st.sampled_from([64, 96]))
+def test_rotary_tables_hold_the_200_bit_cos_and_sin(name, n, half, base, factor, prec):
+    """forward.rotary_tables (angle addition, p = a L + b): every entry holds the 200-bit cos and sin of
+    p base^(-2j/rotary_dim) / factor, n square or not, with linear scaling; each entry is at most 64 times as
+    wide as `rotary_angles`' plus 2^-(prec - 8), on both backends. A mutant with a wrong sign in either identity,
+    or with a wrong step a L in the split, fails."""
+    cfg = SimpleNamespace(rotary=True, rotary_dim=2 * half, rotary_base=base, rotary_scaling_factor=factor)
+    B = make_backend(name, prec)
+    with B.precision():
+        C, S = (t.rows() for t in rotary_tables(B, cfg, n))
+        direct = rotary_angles(B, cfg, range(n))
+    assert len(C) == n and all(len(r) == half for r in C + S)
+    for p in range(n):
+        for j in range(half):
+            a = REF.mpf(p) / mp(factor) * REF.power(base, REF.mpf(-2 * j) / (2 * half))
+            for x, want, ref in ((C[p][j], REF.cos(a), direct[p][0][j]), (S[p][j], REF.sin(a), direct[p][1][j])):
+                lo, hi = mp(B.lower(x)), mp(B.upper(x))
+                assert lo <= want <= hi
+                assert hi - lo <= 64 * (mp(B.upper(ref)) - mp(B.lower(ref))) + REF.mpf(2) ** (-prec + 8)
 
 
 @pytest.mark.parametrize("name", ["flint", "mpmath"])
