@@ -512,7 +512,7 @@ def head_outputs(B: Backend, qs: list, ks: list, v: Rows, div, visible: list, fi
         P = F.matrix(rows)
         Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
         C, z_rad = F.centres(Z)
-        spread_terms = (P @ squares_column(F, v.centre, v_up, v_sq)).rows()
+        spread_terms = (P @ F.matrix([[x] for x in v_sq] if v_sq else [[F.num(x)] for x in v_up])).rows()
         errs = []
         for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
             c_sq = F.dot(c, c)
@@ -550,22 +550,11 @@ def pattern(B: Backend, F: Backend, q: Rows, k: Rows, scores: IMat, div, visible
     return rows, deltas
 
 
-def squares_column(F: Backend, V: IMat, v_up: list, v_sq) -> IMat:
-    """The column of the values' squared row norms at F: the enclosures v_sq, or the exact bounds v_up (cached
-    on V: several heads read them)."""
-    if v_sq is not None:
-        return F.matrix([[x] for x in v_sq])
-    key = ("squares column", F.name, F.prec)
-    if key not in V.cuts:
-        V.cuts[key] = F.matrix([[F.num(x)] for x in v_up])
-    return V.cuts[key]
-
-
 def pattern_times_values(F: Backend, P: IMat, V: IMat) -> IMat:
     """P V at F for the pattern P (F's balls) and values V: by the exact layer where V is a point of float64
     parts and P's balls lie within d of float64 parts (`exact_backend.near_times_parts`), else F's product."""
     near, parts = F._near_ball(P.data), exact_backend.multi_point(V)
-    ends = exact_backend.near_times_parts(near, parts, V.cuts) if near is not None and parts is not None else None
+    ends = exact_backend.near_times_parts(near, parts) if near is not None and parts is not None else None
     return IMat(F, None, (P.shape[0], V.shape[1]), ends) if ends is not None else P @ moved(F, V)
 
 

@@ -239,15 +239,12 @@ def times_parts(a, parts, backend):
     return balls_times_points(ball[0], ball[1], wholes, _cut_parts(parts, bits, True))
 
 
-def near_times_parts(near, parts, cache: dict | None = None):
+def near_times_parts(near, parts):
     """The ends of M W over every M within d of the point m entrywise (near = (m, d): float64 parts and
     distances, as `Backend._near_ball` gives them), for W the point of float64 `parts`: `balls_times_points`
-    (midpoint-radius), leaving as `product` does; None where a value leaves the float range. W's cuts are
-    kept in `cache` (W's IMat `cuts`) when given: several patterns may multiply one W."""
-    bits, cache = bits_for(parts[0].shape[0]), {} if cache is None else cache
-    if ("right parts", bits) not in cache:
-        cache[("right parts", bits)] = _cut_parts(parts, bits), _cut_parts(parts, bits, True)
-    out = balls_times_points(near[0], near[1], *cache[("right parts", bits)])
+    (midpoint-radius), leaving as `product` does; None where a value leaves the float range."""
+    bits = bits_for(parts[0].shape[0])
+    out = balls_times_points(near[0], near[1], _cut_parts(parts, bits), _cut_parts(parts, bits, True))
     return None if out is None else leave(out)
 
 
