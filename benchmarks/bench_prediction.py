@@ -84,7 +84,8 @@ STEPS = {"load+hash": [("tcert.checker.verify", "load_model"), ("tcert.checker.c
          "LN": [("tcert.checker.forward", "normalised")],
          "QKV": [("tcert.checker.forward", "exact_affine"), ("tcert.checker.forward", "linear_heads")],
          "rotary": [("tcert.checker.forward", "rotated")],
-         "heads": [("tcert.checker.forward", "head_output"), ("tcert.checker.forward", "heads_output")],
+         "heads": [("tcert.checker.forward", "head_output"), ("tcert.checker.forward", "head_outputs"),
+                   ("tcert.checker.forward", "mixed_values"), ("tcert.checker.forward", "heads_output")],
          "MLP": [("tcert.checker.forward", "mlp_output")],
          "gaps": [("tcert.checker.kinds.prediction", "exact_gap_table"), ("tcert.checker.forward", "last_logits")]}
 
@@ -149,7 +150,10 @@ def fresh_against(ref, repeat, workdir):
     for _ in range(repeat):
         for tag, where in ((ref, ref_dir), ("working tree", "")):
             run = fresh(where, cpath, path, STEPS if not where else {})
-            assert run["code"] == 0 and run["file"].startswith(where or root), (tag, run["code"], run["file"])
+            # the checker that ran is the ref's or this working tree's (symlinks resolved: a PYTHONPATH shim may
+            # point tcert.checker at the tree)
+            home = os.path.realpath(where or root) + os.sep
+            assert run["code"] == 0 and os.path.realpath(run["file"]).startswith(home), (tag, run["code"], run["file"])
             best[tag] = run if tag not in best or run["cpu"] < best[tag]["cpu"] else best[tag]
     for tag, run in best.items():
         print(f"  fresh tcert-check, {tag}: VERIFIED, {run['cpu']:.2f} s CPU, {run['wall']:.2f} s wall, "

@@ -142,6 +142,15 @@ def take(B: Backend, X: Rows, rows: list) -> Rows:
     return Rows(B.matrix([[data[i, j] for j in range(X.centre.shape[1])] for i in rows]), eps)
 
 
+def stack(B: Backend, balls: list) -> Rows:
+    """The rows of several error balls (same width) one after another (no arithmetic)."""
+    eps, parts = sum((list(x.eps) for x in balls), []), [exact_backend.multi_point(x.centre) for x in balls]
+    if all(p is not None and len(p) == len(parts[0]) for p in parts):
+        joined = tuple(np.vstack([p[i] for p in parts]) for i in range(len(parts[0])))
+        return Rows(IMat(B, None, (len(eps), joined[0].shape[1]), (joined, joined)), eps)
+    return Rows(B.matrix(sum((x.centre.rows() for x in balls), [])), eps)
+
+
 def add(B: Backend, *terms: Rows) -> Rows:
     """The sum of error balls (same shape): centres added, radii add (triangle inequality)."""
     total = terms[0].centre
@@ -175,8 +184,8 @@ def trimmed_centre(split, prec: int, uniform: bool = False):
     the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec))
-    return parts, (uniform_radius(pairs) if uniform else sqrt_sum_up(pairs))
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec), uniform)
+    return parts, (uniform_radius(pairs) * parts[0].shape[0] if uniform and pairs else sqrt_sum_up(pairs))
 
 
 def uniform_radius(pairs: list) -> list:
@@ -186,7 +195,7 @@ def uniform_radius(pairs: list) -> list:
     `head_output` reads max(k.eps), max(v.eps))."""
     if not pairs:
         return []
-    r = sqrt_up(max(a for a, _ in pairs)) + sqrt_up(max(b for _, b in pairs))
+    r = sqrt_up(largest([a for a, _ in pairs])) + sqrt_up(largest([b for _, b in pairs]))
     return [r] * len(pairs)
 
 
@@ -206,7 +215,7 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = Fal
     (c1, c2), radius = out
     dh, m = c1.shape[1] // len(norms), c1.shape[0]
     if uniform:
-        e = max(X.eps, default=Fraction(0))
+        e = largest(X.eps) if X.eps else Fraction(0)
         eps = [[up(n * e + radius[0])] * m if m else [] for n in norms]
     else:
         split = ([_dyadic(x) for x in X.eps], [_dyadic(y) for y in radius])
@@ -281,11 +290,11 @@ def near_parts(B: Backend, data, prec: int):
     return B._near_ball(data, 1 if prec <= ONE_PART_PREC else 2)
 
 
-def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: IMat | None) -> Rows | None:
+def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, centring: bool) -> Rows | None:
     """`normalise` by the exact layer, when it is on and X's centres are points: w, b float64 rows (None:
-    none), `centring` the point matrix d I - 11^T (None: RMSNorm). None where the layer does not apply.
+    none), `centring` False for RMSNorm. None where the layer does not apply.
 
-    Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is an exact product, kept as two
+    Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is exact (`exact_products.centred`), kept as two
     float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
@@ -300,11 +309,11 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     if c is None:
         return None
     m, d = X.centre.shape
-    if centring is None:
+    if not centring:
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_backend.affine_centres(X.centre, centring, B, bias=False), B.prec)
+        out = trimmed_centre(exact_rounding.split_centre(exact_products.centred(c)), B.prec)
         if out is None:
             return None
         v, rho = out
@@ -353,11 +362,11 @@ class Rotation(NamedTuple):
     delta: Fraction
 
 
-def rotation(B: Backend, cos_sin: list, pairs: list, d_head: int, prec: int = 64):
-    """The `Rotation` of rows with the (cos, sin) enclosure lists `cos_sin` (one per row, made by the
-    backend `B`, e.g. at a raised precision), for a pass at working precision `prec` (`near_parts`), or None
-    where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B, B.matrix([list(row) for row in rows]).data, prec) for rows in zip(*cos_sin)]
+def rotation(B: Backend, tables: tuple, pairs: list, d_head: int, prec: int = 64):
+    """The `Rotation` of rows with the cos and sin enclosures `tables` (two matrices of B, a row per row and a
+    column per pair, e.g. `forward.rotary_tables` at a raised precision), for a pass at working precision `prec`
+    (`near_parts`), or None where it gives no float64 parts (`_near_ball`)."""
+    balls = [near_parts(B, t.data, prec) for t in tables]
     if not pairs or any(x is None for x in balls):
         return None
     (cm, cr), (sm, sr) = balls
@@ -397,7 +406,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
     peak = sum((Fraction(float(np.abs(p).max(initial=0.0))) for p in c), Fraction(0))
     turn = up(rot.delta * sqrt_up(Fraction(c[0].shape[1])) * peak)
     if uniform and X.eps:
-        eps = [up(max(X.eps) + rounding[0] + turn)] * len(X.eps)
+        eps = [up(largest(X.eps) + rounding[0] + turn)] * len(X.eps)
     else:
         eps = up_affine(X.eps, rounding, c=turn)
     return Rows(IMat(B, None, X.centre.shape, (parts, parts)), eps)
@@ -418,14 +427,43 @@ def row_sq_norms(B: Backend, M: IMat) -> list:
     return [B.dot(row, row) for row in M.rows()]
 
 
+def row_sq_max(B: Backend, M: IMat) -> Fraction:
+    """An exact rational >= max_i ||row i||_2^2 of M (cached): the largest of `row_sq_uppers`, compared as
+    integers where they are the grid bounds of float64 parts (`exact_products.row_square_bounds`)."""
+    key = ("row_sq_max", B.name, B.prec)
+    if key not in M.cuts:
+        parts = exact_backend.multi_point(M)
+        if parts is not None and B.exact and M.shape[0]:
+            sums, exps = _square_sums(M, parts)
+            low = min(exps)
+            top = max(v << (e - low) for v, e in zip(sums, exps))
+            M.cuts[key] = Fraction(top << low) if low >= 0 else Fraction(top, 1 << -low)
+        else:
+            M.cuts[key] = max(row_sq_uppers(B, M)[0], default=Fraction(0))
+    return M.cuts[key]
+
+
+def _square_sums(M: IMat, parts) -> tuple:
+    """`exact_products.row_square_bounds` of M's parts, cached on M."""
+    if "square sums" not in M.cuts:
+        M.cuts["square sums"] = exact_products.row_square_bounds(parts)
+    return M.cuts["square sums"]
+
+
 def row_sq_uppers(B: Backend, M: IMat) -> tuple:
-    """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- the exact sums of squares where M is a point held
-    as float64 parts (enc None: no enclosure made), else the upper ends of the enclosures enc (`row_sq_norms`)."""
-    parts = exact_backend.multi_point(M)
-    if parts is not None and B.exact:
-        return exact_products.row_sums(exact_products.entrywise([parts, parts])), None
-    enc = row_sq_norms(B, M)
-    return [B.upper(x) for x in enc], enc
+    """(u, enc): exact rationals u_i >= ||row i||_2^2 of M -- where M is a point held as float64 parts, sums of
+    squares of its magnitudes rounded up onto a grid of about 2^-24 of each row's top (`exact_products.
+    row_square_bounds`; enc None: no enclosure made), else the upper ends of the enclosures enc (`row_sq_norms`)."""
+    key = ("row_sq", B.name, B.prec)       # cached: one matrix may be every head's values (`forward.mixed_values`)
+    if key not in M.cuts:
+        parts = exact_backend.multi_point(M)
+        if parts is not None and B.exact:
+            sums, exps = _square_sums(M, parts)
+            M.cuts[key] = [Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e) for v, e in zip(sums, exps)], None
+        else:
+            enc = row_sq_norms(B, M)
+            M.cuts[key] = [B.upper(x) for x in enc], enc
+    return M.cuts[key]
 
 
 def softmax(B: Backend, scores: list, shift: Fraction | None = None) -> list:
@@ -455,34 +493,61 @@ def head_output(B: Backend, q: Rows, k: Rows, v: Rows, div, visible: list, fine:
     <= delta sqrt(sum_r a_r(t) |v^_r - c|^2) for any c (the weighted mean minimises it) <= delta e^delta
     sqrt(sum_r a_r |v^_r - c|^2) (a_r(t) <= e^(2 delta) a_r), with c the new centre; and (hull) z(s) and
     the centre differ by at most max_r |v^_r - c|. The smallest of these is used."""
-    F, div_lo, n = fine or B, B.lower(div), k.centre.shape[0]
-    scores = q.centre @ k.centre.T
-    q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
+    return head_outputs(B, [q], [k], v, div, visible, fine)[0]
+
+
+def head_outputs(B: Backend, qs: list, ks: list, v: Rows, div, visible: list, fine: Backend | None = None) -> list:
+    """`head_output` for several heads (queries qs[h], keys ks[h], the same rows `visible`) whose values are the
+    same rows v: the heads' patterns stacked, so that one product P V serves them all (`forward.mixed_values`:
+    every head mixes the normalised rows); each row's bound is `head_output`'s, row by row."""
+    F, ev, m = fine or B, largest(v.eps), len(visible)
     v_up, v_sq = row_sq_uppers(B, v.centre)
-    k_max, v_max = sqrt_up(max(row_sq_uppers(B, k.centre)[0])), sqrt_up(max(v_up))
-    ek, ev = max(k.eps), max(v.eps)
+    v_max = sqrt_up(row_sq_max(B, v.centre))
+    scores = [q.centre @ k.centre.T for q, k in zip(qs, ks)]
     with F.precision():
-        S, s_rad = F.centres(moved(F, scores).scale(1 / div))
-        v_sq, zero = v_sq or [F.num(x) for x in v_up], F.num(0)
-        tops = S.T.col_bounds()[1]      # each row's largest score, one Fraction per row (the shift's value is free)
-        P = F.matrix([softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)])
+        rows, deltas = [], []
+        for q, k, sc in zip(qs, ks, scores):
+            P, delta = pattern(B, F, q, k, sc, div, visible)
+            rows, deltas = rows + P, deltas + delta
+        P = F.matrix(rows)
         Z = pattern_times_values(F, P, v.centre) if fine is not None else P @ v.centre
         C, z_rad = F.centres(Z)
-        spread_terms = (P @ F.matrix([[x] for x in v_sq])).rows()
+        spread_terms = (P @ F.matrix([[x] for x in v_sq] if v_sq else [[F.num(x)] for x in v_up])).rows()
         errs = []
         for i, (c, z) in enumerate(zip(C.rows(), Z.rows())):
             c_sq = F.dot(c, c)
             spread = max(F.upper(spread_terms[i][0] - 2 * F.dot(c, z) + c_sq), Fraction(0))
-            delta = up((q.eps[i] * k_max + (q_norm[i] + q.eps[i]) * ek) / div_lo + s_rad[i])
             hull = v_max + sqrt_up(F.upper(c_sq))
-            move = softmax_move(F, delta, v_max, spread)
+            move = softmax_move(F, deltas[i], v_max, spread)
             errs.append(ev + (hull if move is None else min(hull, z_rad[i] + move)))
         near = F._near_ball(C.data) if fine is not None else None
     if near is None:
-        return Rows(C, [up(e) for e in errs])
-    parts, dist = near      # |c_ij - (p1 + p2)_ij| <= dist_ij: the row's l2 distance joins its radius
-    errs = [up(e + sqrt_up(sum((Fraction(x) ** 2 for x in row), Fraction(0)))) for e, row in zip(errs, dist.tolist())]
-    return Rows(IMat(B, None, C.shape, (parts, parts)), errs)
+        out = Rows(C, [up(e) for e in errs])
+    else:
+        parts, dist = near      # |c_ij - (p1 + p2)_ij| <= dist_ij: the row's l2 distance, <= sqrt(n) max_j dist_ij, joins its radius
+        errs = [up(e + sqrt_up(len(row) * Fraction(max(row, default=0.0)) ** 2)) for e, row in zip(errs, dist.tolist())]
+        out = Rows(IMat(B, None, C.shape, (parts, parts)), errs)
+    return [take(B, out, range(h * m, (h + 1) * m)) for h in range(len(qs))]
+
+
+def largest(xs: list) -> Fraction:
+    """max(xs) for a nonempty list of rationals, each distinct object compared once (one radius shared by
+    many rows: `uniform_radius`)."""
+    return max({id(x): x for x in xs}.values())
+
+
+def pattern(B: Backend, F: Backend, q: Rows, k: Rows, scores: IMat, div, visible: list):
+    """(rows, deltas): one head's softmax pattern at F (rows of F's enclosures, zero past `visible`) from the
+    point scores q^ k^T (`scores`) over div, and per row the bound delta_i of `head_output`'s docstring (every
+    exact score of row i within delta_i of the point score used)."""
+    div_lo, n = B.lower(div), k.centre.shape[0]
+    q_norm = [sqrt_up(x) for x in row_sq_uppers(B, q.centre)[0]]
+    k_max, ek = sqrt_up(row_sq_max(B, k.centre)), largest(k.eps)
+    S, s_rad = F.centres(moved(F, scores).scale(1 / div))
+    tops, zero = S.T.col_bounds()[1], F.num(0)      # each row's largest score (the shift's value is free)
+    rows = [softmax(F, row[:m], t) + [zero] * (n - m) for row, m, t in zip(S.rows(), visible, tops)]
+    deltas = [up((eq * k_max + (qn + eq) * ek) / div_lo + sr) for eq, qn, sr in zip(q.eps, q_norm, s_rad)]
+    return rows, deltas
 
 
 def pattern_times_values(F: Backend, P: IMat, V: IMat) -> IMat:

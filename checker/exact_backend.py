@@ -281,17 +281,16 @@ def point_parts(x, backend):
     return lo if lo is hi or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi))) else None
 
 
-def affine_centres(x, wb, backend, bias: bool = True):
+def affine_centres(x, wb, backend):
     """((c1, c2), sq): for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
-    as its last row; with bias False, wb = W), float64 parts of a centre c and exact Fractions with ||(x W + b)_i - c_i||_2^2 <=
+    as its last row), float64 parts of a centre c and exact Fractions with ||(x W + b)_i - c_i||_2^2 <=
     sq[i] per row (`exact_rounding.split_centre`): the product [x | 1] wb is exact; None when the layer
     does not apply (x not a point, an empty dimension, a part beyond the float range)."""
     parts = point_parts(x, backend) if x.shape[0] and x.shape[1] and wb.shape[1] else None
     if parts is None or not is_point(wb):
         return None
-    if bias:
-        ones = [np.full((x.shape[0], 1), 1.0 if i == 0 else 0.0) for i in range(len(parts))]
-        parts = tuple(np.hstack([p, o]) for p, o in zip(parts, ones))
+    ones = [np.full((x.shape[0], 1), 1.0 if i == 0 else 0.0) for i in range(len(parts))]
+    parts = tuple(np.hstack([p, o]) for p, o in zip(parts, ones))
     return split_centre(parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0]))))
 
 

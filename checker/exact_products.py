@@ -488,6 +488,46 @@ def _partials(cuts, bits: int) -> list:
     return out
 
 
+def centred(parts) -> Exact:
+    """The Exact of x (d I - 11^T) = d x - (x's row sums) 1^T, for x the exact sum of float64 parts (m x d),
+    without a product: each part cut on one scale per row (the largest part's: `cut_rows`, digits D_s of b =
+    `bits_for(d)` bits), digit s giving the term d D_s - R_s 1^T, R_s its row sums. |D_s| <= alpha and R_s <=
+    the largest row sum of |D_s| (measured, < 2^53: `Slices`), so every entry, product d D_s, row sum and partial
+    sum is an integer of magnitude <= d alpha + R_s <= 2 d 2^b <= 2^53 (checked): float64 holds them exactly."""
+    m, d = parts[0].shape
+    top, bits, terms = _line_top(list(parts), 0), bits_for(d), []
+    for p in parts:
+        cut = cut_rows(p, bits, top)
+        for s, (idx, digit) in enumerate(zip(cut.index, cut.digits)):
+            bound = d * cut.bound[s][0] + cut.bound[s][1]
+            _require(bound <= SAFE, "a centred digit could round")
+            full = np.zeros((m, d))
+            full[idx] = d * digit - digit.sum(axis=1, keepdims=True)
+            terms.append((-(s + 1) * bits, full, bound, 1))
+    return Exact(tuple(terms), top, np.zeros(d, np.int64), bits)
+
+
+def row_square_bounds(parts) -> tuple:
+    """(sums, exps): Python ints with sums_i 2^exps_i >= ||x_i||_2^2 for every row i of x, the exact sum of
+    float64 parts (m x n): each |part|
+    rounded up onto the grid of 2^(t_i - g) (t_i the row's top over all parts: |part| < 2^t_i; g = (62 - bit
+    length of n) // 2 - bit length of the part count), q = ceil(|p| 2^(g - t_i)), at least 1 where p != 0. Then
+    |x_ij| <= sum_p q_pij 2^(t_i - g) with integers Q = sum_p q_p <= k 2^g, so Q^2 n < 2^62: int64 squares and
+    row sums are exact. The scaling by a power of two is exact where the result is normal; a subnormal result is
+    below 1, and its ceiling, raised to 1, is still >= the exact value. Looser than exact sums of squares by
+    about sqrt(n) 2^-g of the row's top: for bounds whose slack is harmless (`error_balls.row_sq_uppers`)."""
+    m, n = parts[0].shape
+    top = _line_top(list(parts), 0)
+    g = (62 - n.bit_length()) // 2 - len(parts).bit_length()
+    _require(g >= 1, "a row too long for int64 square sums")
+    total = np.zeros((m, n), dtype=np.int64)
+    for p in parts:
+        q = np.ceil(_scaled(np.abs(p), g - top, 0))
+        total += np.where(p != 0, np.maximum(q, 1.0), 0.0).astype(np.int64)     # <= 2^g each: exact
+    _require(int(total.max(initial=0)) <= len(parts) << g, "a rounded magnitude above its grid's bound")
+    return (total * total).sum(axis=1).tolist(), (2 * (top - g)).tolist()
+
+
 def row_sums(x: Exact) -> list:
     """Per row, the exact sum of x's entries as a Fraction, for x with one column scale (the entrywise
     products of row-scaled factors): int64 row sums while their bound stays below 2^62, else Python

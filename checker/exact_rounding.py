@@ -434,12 +434,13 @@ def trim_below(prec: int) -> int:
     return COARSE_TRIM if prec <= 48 else TRIM_BELOW
 
 
-def trimmed(parts, sq, keep: int = TRIM_BELOW):
+def trimmed(parts, sq, keep: int = TRIM_BELOW, uniform: bool = False):
     """(p1', p2') and sq': the two-part centre cut to its bits at or above 2^(t_i - keep) (TRIM_BELOW unless
     given) on each row i
     (|p1| < 2^t_i on the row), so every later product needs at most ceil(TRIM_BELOW / bits) digits per row;
     each row's squared radius bound sq grown to (sqrt(sq) + sqrt(n) (max |p1 - p1'| + max |p2 - p2'|))^2
-    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots), where each
+    (triangle inequality; returned as the pair (sq, n max^2) for the caller's square roots; with `uniform`,
+    one pair bounding every row's: the largest sq and n (largest a + largest b)^2), where each
     dropped part is below 2^(t_i - TRIM_BELOW). The cut is exact: y = p 2^s_i (s_i = TRIM_BELOW - t_i; rows
     with |s_i| > 1000 or s_i = 0 are kept whole) is exact where it is normal (|y| < 2^TRIM_BELOW: no
     overflow), and where it is not, |y| < 2^-1022 and trunc gives 0 from y or its rounding alike; trunc(y)
@@ -452,6 +453,9 @@ def trimmed(parts, sq, keep: int = TRIM_BELOW):
     keep = [np.where(shift != 0, np.trunc(p * up) * down, p) for p in (p1, p2)]
     drop = [np.abs(p - k).max(axis=1, initial=0.0).tolist() for p, k in zip((p1, p2), keep)]
     n, out = p2.shape[1], []
+    if uniform and sq:      # one pair for all rows: max sq and n (max a + max b)^2 bound every row's (`up` below)
+        drop = [[max(d)] for d in drop]
+        sq = [max({id(x): x for x in sq}.values())]
     for s, a, b in zip(sq, *drop):      # n (a + b)^2 as one Fraction: a = m1 / q1, b = m2 / q2 exactly
         (m1, q1), (m2, q2) = a.as_integer_ratio(), b.as_integer_ratio()
         out.append((s, Fraction(n * (m1 * q2 + m2 * q1) ** 2, (q1 * q2) ** 2)))
@@ -501,5 +505,9 @@ def split_centre(x: Exact):
         out[0][rows], out[1][rows] = parts
         width = (below + above) ** 2 * col
         n, d = width.numerator, width.denominator
-        sq += [Fraction(n << 2 * e, d) if e >= 0 else Fraction(n, d << -2 * e) for e in e_row.tolist()]
+        made = {}     # rows of one exponent share one Fraction (made once; callers may compare by identity)
+        for e in e_row.tolist():
+            if e not in made:
+                made[e] = Fraction(n << 2 * e, d) if e >= 0 else Fraction(n, d << -2 * e)
+            sq.append(made[e])
     return tuple(out), sq

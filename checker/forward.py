@@ -13,13 +13,14 @@ Also here, for the overwhelm and accuracy kinds: per-coordinate interval version
 and rotary embeddings (`layer_norm`, `mlp`, `rotate`, ...), which they apply to their own enclosures.
 """
 
+import math
 from fractions import Fraction
 
 import numpy as np
 
 from tcert.checker import operator_norms
-from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output,
-                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, take)
+from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output, head_outputs,
+                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, stack, take)
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
@@ -168,6 +169,25 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     return out
 
 
+def rotary_tables(B: Backend, cfg, n: int) -> tuple:
+    """(C, S): matrices (n x rotary_dim/2) of enclosures of cos and sin of p phi_j for positions p < n, phi_j =
+    rotary_base^(-2j/rotary_dim) / rotary_scaling_factor (the angles of `rotary_angles`), by angle addition:
+    with p = a L + b (L = ceil(sqrt n)), cos(p phi) = cos(a L phi) cos(b phi) - sin(a L phi) sin(b phi) and
+    sin(p phi) = sin(a L phi) cos(b phi) + cos(a L phi) sin(b phi), exact identities that ball arithmetic
+    encloses (two small matrix products per pair): 2 (L + n / L) cosines and sines per pair instead of 2 n."""
+    half, side = cfg.rotary_dim // 2, math.isqrt(max(n - 1, 0)) + 1
+    log_base, cols = B.log(B.num(cfg.rotary_base)), ([], [])
+    for j in range(half):
+        phi = B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) * B.num(1 / Fraction(cfg.rotary_scaling_factor))
+        low = [B.num(b) * phi for b in range(side)]
+        small = B.matrix([[B.cos(x) for x in low], [B.sin(x) for x in low]])       # 2 x L: cos, sin of b phi
+        high = [B.num(a * side) * phi for a in range(-(-n // side))]
+        big = [(B.cos(x), B.sin(x)) for x in high]
+        for out, rows in zip(cols, ([[c, -t] for c, t in big], [[t, c] for c, t in big])):
+            out.append([x for row in B._native_matmul(B.matrix(rows), small).rows() for x in row][:n])
+    return tuple(B.matrix([list(row) for row in zip(*c)]) if half else B.matrix([[]] * n) for c in cols)
+
+
 def rotary_pairs(cfg) -> list:
     """The (i1, i2) component pairs that rotary embeddings rotate together (none without rotary)."""
     if not cfg.rotary:
@@ -262,11 +282,9 @@ def normalised(B: Backend, W: Weights, cfg, X: Rows, prefix: str | None) -> Rows
     if prefix is None:
         return X
     w_max, t = W.max_abs(prefix + ".w"), W.model.tensors
-    d = X.centre.shape[1]
     b = None if cfg.has_rms else np.asarray(t[prefix + ".b"], dtype=np.float64).reshape(1, -1)
-    centring = None if cfg.has_rms else W._cached(("centring", d), lambda: B.array(d * np.eye(d) - 1))
     fast = exact_normalise(B, X, np.asarray(t[prefix + ".w"], dtype=np.float64).reshape(1, -1), b, cfg.eps, w_max,
-                           centring)
+                           not cfg.has_rms)
     if fast is not None:
         return fast
     w = W.vec(prefix + ".w")
@@ -291,19 +309,39 @@ def attention_output(B: Backend, W: Weights, cfg, layer: int, A: Rows, queries: 
                 or linear_heads(B, X, W.heads_concat(p + m), norms, W.bias(p + b)))
 
     qs = project(take(B, A, [row(q) for q in queries]), "W_Q", "b_Q", heads)
-    ks, vs = (project(A, kv[m], kv[b], kv_heads, True) for m, b in (("W_K", "b_K"), ("W_V", "b_V")))
+    ks = project(A, kv["W_K"], kv["b_K"], kv_heads, True)
+    n = A.centre.shape[0] if where is None else len(where)
+    mixed = len(queries) * cfg.d_model <= n * cfg.d_head     # few queries: values after the pattern
+    vs = take(B, A, where or range(n)) if mixed else project(A, kv["W_V"], kv["b_V"], kv_heads, True)
     if where is not None:
-        ks, vs = [take(B, x, where) for x in ks], [take(B, x, where) for x in vs]
+        ks, vs = [take(B, x, where) for x in ks], vs if mixed else [take(B, x, where) for x in vs]
     if cfg.rotary:
         qs = rotated(B, qs, angles, list(queries))
-        ks = rotated(B, ks, angles, list(range(ks[0].centre.shape[0])), True)
-    n, fine = ks[0].centre.shape[0], fine_heads(B)
+        ks = rotated(B, ks, angles, list(range(n)), True)
+    fine = fine_heads(B)
     with (fine or B).precision():
         div = attn_divisor(fine or B, cfg)
     visible = [q + 1 if cfg.attention_dir == "causal" else n for q in queries]
-    out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
+    if mixed:
+        out = head_outputs(B, [qs[h] for h in heads], [ks[kv_head(cfg, h)] for h in heads], vs, div, visible, fine)
+        out = mixed_values(B, cfg, out, project(stack(B, out), kv["W_V"], kv["b_V"], kv_heads))
+    else:
+        out = [head_output(B, qs[h], ks[kv_head(cfg, h)], vs[kv_head(cfg, h)], div, visible, fine) for h in heads]
     return heads_output(B, out, W.heads_stacked(p + "W_O"), W.norm(p + "W_O"), [W.norm(p + "W_O", h) for h in heads],
                         W.bias(p + "b_O"))
+
+
+def mixed_values(B: Backend, cfg, mixes: list, projected: list) -> list:
+    """Head h's output from its mix m_h = sum_r a_r A_r of the normalised rows A_r (`head_output` with the
+    rows A as its values: a convex combination of error balls like any other), given every mix through every
+    key/value head's value map (`projected[g]`: the rows of all mixes stacked, through W_V,g and b_V,g).
+
+    Why. With v_r = A_r W_V + b_V and sum_r a_r = 1 (a softmax), sum_r a_r v_r = (sum_r a_r A_r) W_V + b_V
+    exactly: the pattern may multiply the normalised rows first. The value map is then a `linear` step on one
+    ball per query row (radius ||W_V,g||_2 e_m plus rounding), instead of a product for every position; the
+    softmax bounds read the rows A (max ||A^_r||, their spread) instead of the values."""
+    q = mixes[0].centre.shape[0]
+    return [take(B, projected[kv_head(cfg, h)], range(h * q, (h + 1) * q)) for h in range(len(mixes))]
 
 
 class Rotary:
@@ -326,8 +364,7 @@ class Rotary:
             if self.B.exact and self.B.prec <= EXACT_MAX_PREC:
                 fine = make_backend(self.B.name, 2 * self.B.prec)
                 with fine.precision():
-                    angles = rotary_angles(fine, self.cfg, range(self.n))
-                    self._exact = rotation(fine, [angles[p] for p in range(self.n)], rotary_pairs(self.cfg),
+                    self._exact = rotation(fine, rotary_tables(fine, self.cfg, self.n), rotary_pairs(self.cfg),
                                            self.cfg.d_head, self.B.prec)
         return self._exact
 

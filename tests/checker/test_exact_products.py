@@ -284,6 +284,63 @@ def test_cut_of_a_sum_of_parts_is_their_exact_sum(case, bits):
     assert got == fr_product(total, fr(w))
 
 
+@settings(max_examples=example_scale(80))
+@given(summed_parts(max_dim=6))
+def test_centred_rows_are_exact(case):
+    """centred: x (d I - 11^T) for x the exact sum of 1-3 float64 parts (subnormals, specials, wide spreads,
+    zeros) equals the Fraction computation d x_ij - sum_l x_il entry by entry."""
+    parts, _ = case
+    m, d = parts[0].shape
+    total = [[sum(Fraction(float(p[i, j])) for p in parts) for j in range(d)] for i in range(m)]
+    want = [[d * v - sum(row) for v in row] for row in total]
+    assert exact_fractions(ep.centred(parts)) == want
+
+
+def test_centred_at_the_digit_bound():
+    """Every digit at 2^b - 1 with all signs alike (the row sum at its largest): d D - R stays exact."""
+    d = 2048
+    x = np.full((2, d), 1 - 2.0 ** -53)
+    x[1] = -x[1]
+    got = exact_fractions(ep.centred([x]))
+    assert all(v == 0 for row in got for v in row)
+    x[0, 0] = 0.5
+    got = exact_fractions(ep.centred([x]))
+    assert got[0][0] == d * Fraction(1, 2) - (Fraction(1, 2) + (d - 1) * Fraction(1 - 2.0 ** -53))
+
+
+@settings(max_examples=example_scale(80))
+@given(summed_parts(max_dim=6))
+def test_row_square_bounds_bound_and_are_tight(case):
+    """row_square_bounds: sums 2^exps >= the exact ||x_i||^2 of the sum of the parts, and within the grid's
+    slack: sqrt(bound) <= ||x_i|| + sqrt(n) k 2^(t_i - g) (k parts, entries rounded up by < one grid unit each)."""
+    parts, _ = case
+    m, n = parts[0].shape
+    sums, exps = ep.row_square_bounds(parts)
+    top = ep._line_top(parts, 0)
+    g = (62 - n.bit_length()) // 2 - len(parts).bit_length()
+    for i in range(m):
+        row = [sum(Fraction(float(p[i, j])) for p in parts) for j in range(n)]
+        exact = sum(v * v for v in row)
+        bound = Fraction(sums[i]) * TWO ** exps[i]
+        assert bound >= exact
+        slack = len(parts) * TWO ** (int(top[i]) - g) * math.isqrt(4 * n)
+        assert math.sqrt(bound) <= math.sqrt(exact) + float(slack) * (1 + 1e-9) + 1e-300
+
+
+def test_row_square_bounds_of_subnormal_and_zero_rows():
+    """A subnormal entry counts as one grid unit (never 0), also where its scaling underflows (a row topped by
+    2^996: the grid unit is far below 2^-1074); a zero row gives 0; the all-ones row is exact."""
+    x = np.zeros((4, 4))
+    x[0, 1] = 5e-324
+    x[2] = 1.0
+    x[3, :2] = 2.0 ** 996, 5e-324
+    sums, exps = ep.row_square_bounds([x])
+    bounds = [Fraction(v) * TWO ** e for v, e in zip(sums, exps)]
+    assert bounds[0] >= Fraction(5e-324) ** 2 and bounds[0] > 0
+    assert bounds[1] == 0 and bounds[2] == 4
+    assert bounds[3] > Fraction(2) ** 1992       # 2^996 is on the grid: only the subnormal's unit adds to it
+
+
 def test_sum_of_parts_carries_to_a_first_digit_at_the_bound():
     """p1 = 1 - 2^-53 and p2 = p1 2^-b on every entry: every digit but the first sums to 2^(b+1) - 2 and carries,
     the first reaches exactly 2^b; with k = 2^(53 - 2b) and right digits 2^b - 1 the product is exact in BLAS

@@ -5,6 +5,7 @@ every enclosure holds the 200-bit images of points of the input balls, every exa
 Fraction, and no step's radius is wider than the entry-by-entry step it replaces."""
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 import flint
 import numpy as np
@@ -15,7 +16,7 @@ from mpmath.ctx_mp import MPContext
 from tcert.checker import error_balls as E
 from tcert.checker import exact_backend, exact_products, exact_rounding
 from tcert.checker import operator_norms as N
-from tcert.checker.forward import rotary_pairs, rotate
+from tcert.checker.forward import rotary_angles, rotary_pairs, rotary_tables, rotate
 from tcert.checker.interval import IMat, make_backend
 
 REF = MPContext()
@@ -63,6 +64,12 @@ def perturbed(B, X, i, eps, v):
     n = REF.sqrt(REF.fsum(x * x for x in v))
     return [a + x / n * mp(eps) * (1 - REF.mpf(2) ** -150) for a, x in zip(c, v)] if n else c
 
+
+
+def tables(B, pos, theta):
+    """The cos and sin matrices of `E.rotation`: a row per position p, a column per angle p t."""
+    return (B.matrix([[B.cos(B.num(p * t)) for t in theta] for p in pos]),
+            B.matrix([[B.sin(B.num(p * t)) for t in theta] for p in pos]))
 
 @settings(max_examples=12, deadline=None)
 @given(seed=SEEDS, eps=EPS, shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 3), st.integers(1, 4)))
@@ -113,10 +120,9 @@ def test_exact_normalise_ball_holds_images(centred, prec, seed, eps, d, spread):
     w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
     b = (0.1 * rng.standard_normal(d)).astype(np.float32) if centred else None
     X = point_rows(B, rng, 2, d, eps, spread, parts=1 + seed % 2)
-    cen = B.array(d * np.eye(d) - 1) if centred else None
     with B.precision():
         out = E.exact_normalise(B, X, w.astype(np.float64)[None, :], None if b is None else b.astype(np.float64)[None, :],
-                                eps_ln, N.max_abs(w), cen)
+                                eps_ln, N.max_abs(w), centred)
         native = E.Rows(B.matrix([[B.num(x) for x in r] for r in centre(B, X)]), X.eps)
         old = E.normalise(B, native, B.array(w).rows()[0], None if b is None else B.array(b).rows()[0], eps_ln,
                           N.max_abs(w), centred)
@@ -153,8 +159,7 @@ def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, prec, seed, ep
     X = point_rows(B, rng, m, dh, eps)
     fine = make_backend("flint", 2 * prec)
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], pairs, dh, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), pairs, dh, prec)
     assert len(rot.cos) == (1 if prec == 48 else 2)
     with B.precision():
         out = E.exact_rotate(B, X, rot)
@@ -566,8 +571,7 @@ def test_uniform_radii_bound_every_row(seed, m, prec):
     fine, theta = make_backend("flint", 2 * prec), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(dh // 2)]
     pos = rng.integers(0, 5000, m).tolist()
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], [(0, 2), (1, 3)], dh, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), [(0, 2), (1, 3)], dh, prec)
     with B.precision():
         r_own, r_one = E.exact_rotate(B, own[0], rot), E.exact_rotate(B, own[0], rot, uniform=True)
     assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
@@ -587,8 +591,7 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
     pos, theta = rng.integers(0, 5000, m).tolist(), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
     pairs = [(2 * j, 2 * j + 1) for j in range(half)]
     with fine.precision():
-        rot = E.rotation(fine, [([fine.cos(fine.num(p * t)) for t in theta], [fine.sin(fine.num(p * t)) for t in theta])
-                                for p in pos], pairs, 2 * half, prec)
+        rot = E.rotation(fine, tables(fine, pos, theta), pairs, 2 * half, prec)
     worst = REF.mpf(0)
     for i, p in enumerate(pos):
         for j, (i1, _) in enumerate(pairs):
@@ -597,6 +600,30 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
             worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
     assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
     assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
+
+
+@pytest.mark.parametrize("name", ["flint", "mpmath"])
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 40), half=st.integers(1, 4), base=st.sampled_from([10000, 7, 500000]),
+       factor=st.sampled_from([Fraction(1), Fraction(4), Fraction(5, 2)]), prec=st.sampled_from([64, 96]))
+def test_rotary_tables_hold_the_200_bit_cos_and_sin(name, n, half, base, factor, prec):
+    """forward.rotary_tables (angle addition, p = a L + b): every entry holds the 200-bit cos and sin of
+    p base^(-2j/rotary_dim) / factor, n square or not, with linear scaling; each entry is at most 64 times as
+    wide as `rotary_angles`' plus 2^-(prec - 8), on both backends. A mutant with a wrong sign in either identity,
+    or with a wrong step a L in the split, fails."""
+    cfg = SimpleNamespace(rotary=True, rotary_dim=2 * half, rotary_base=base, rotary_scaling_factor=factor)
+    B = make_backend(name, prec)
+    with B.precision():
+        C, S = (t.rows() for t in rotary_tables(B, cfg, n))
+        direct = rotary_angles(B, cfg, range(n))
+    assert len(C) == n and all(len(r) == half for r in C + S)
+    for p in range(n):
+        for j in range(half):
+            a = REF.mpf(p) / mp(factor) * REF.power(base, REF.mpf(-2 * j) / (2 * half))
+            for x, want, ref in ((C[p][j], REF.cos(a), direct[p][0][j]), (S[p][j], REF.sin(a), direct[p][1][j])):
+                lo, hi = mp(B.lower(x)), mp(B.upper(x))
+                assert lo <= want <= hi
+                assert hi - lo <= 64 * (mp(B.upper(ref)) - mp(B.lower(ref))) + REF.mpf(2) ** (-prec + 8)
 
 
 @pytest.mark.parametrize("name", ["flint", "mpmath"])
