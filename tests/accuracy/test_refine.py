@@ -3,6 +3,7 @@ for every per-case rule (random and adversarially edited entries), mutations, bu
 backends, and weighted claims against exhaustive weighted counts."""
 
 import itertools
+import math
 import json
 import random
 from fractions import Fraction
@@ -338,24 +339,31 @@ def test_top_two_is_the_max_over_the_other_entries():
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):
-    """rows.query_rows: Hl 2^E <= w V <= Hh 2^E and D >= max_{x != m} H[x] - H[m], against exact rationals of
-    the integer tables (the same common scale), for every query, position, token and max token."""
+    """rows.query_rows: Hl 2^(E - 2 WB - k) <= w V <= Hh 2^(E - 2 WB - k) and D >= max_{x != m} H[x] - H[m]
+    (k the value scale), against exact rationals of the float64 ends the rows are built from (w = e pw over
+    both ends, V = EU + EVOU + PVOU), for every query, position, token and max token; and those ends enclose
+    the interval matrices' exact ends (e and pw: the numerators', lower ends clipped at 0)."""
     _, model, T, _ = tiny
     n, v = T["n"], T["v"]
+    F = {name: tuple(np.vectorize(Fraction, otypes=[object])(a) for a in ends) for name, ends in T["ends"].items()}
+    B = make_backend("flint")
+    mats = dict(T["intervals"], e=T["numerators"]["EQKE"][0], pw=T["numerators"]["EQKP"][0])
+    for name, (lo, hi) in F.items():
+        exact = mats[name].rows()
+        floor = 0 if name in ("e", "pw") else -math.inf
+        assert all(a <= max(B.lower(x), floor) and B.upper(x) <= b
+                   for row, ra, rb in zip(exact, lo, hi) for x, a, b in zip(row, ra, rb)), name
     values = rows.value_tables(T)
-    bits = max(max(abs(int(x)) for x in T[f"{k}_{e}"].flat).bit_length()
-               for k in ("EU", "EVOU", "PVOU") for e in ("lo", "hi"))
-    sV = bits - (rows.value_bits(n) - 2)
     for q in range(v):
         R = rows.query_rows(T, values, q)
         for i in range(n):
             for t in range(v):
-                scale = Fraction(2) ** (int(R.E[i, t]) + sV)
-                w_lo, w_hi = T["e_lo"][q, t] * T["pw_lo"][q, i], T["e_hi"][q, t] * T["pw_hi"][q, i]
-                H_lo = [min(w_lo * (T["EU_lo"][q, x] + T["EVOU_lo"][t, x] + T["PVOU_lo"][i, x]),
-                            w_hi * (T["EU_lo"][q, x] + T["EVOU_lo"][t, x] + T["PVOU_lo"][i, x])) for x in range(v)]
-                H_hi = [max(w_lo * (T["EU_hi"][q, x] + T["EVOU_hi"][t, x] + T["PVOU_hi"][i, x]),
-                            w_hi * (T["EU_hi"][q, x] + T["EVOU_hi"][t, x] + T["PVOU_hi"][i, x])) for x in range(v)]
+                scale = Fraction(2) ** (int(R.E[i, t]) - 2 * rows.WB - values["k"])
+                w = (F["e"][0][q, t] * F["pw"][0][q, i], F["e"][1][q, t] * F["pw"][1][q, i])
+                V_lo = [F["EU"][0][q, x] + F["EVOU"][0][t, x] + F["PVOU"][0][i, x] for x in range(v)]
+                V_hi = [F["EU"][1][q, x] + F["EVOU"][1][t, x] + F["PVOU"][1][i, x] for x in range(v)]
+                H_lo = [min(w[0] * V_lo[x], w[1] * V_lo[x]) for x in range(v)]
+                H_hi = [max(w[0] * V_hi[x], w[1] * V_hi[x]) for x in range(v)]
                 for x in range(v):
                     assert int(R.Hl[i, t, x]) * scale <= H_lo[x] and H_hi[x] <= int(R.Hh[i, t, x]) * scale
                 for m in range(v):

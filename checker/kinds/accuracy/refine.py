@@ -41,7 +41,7 @@ from tcert.checker.kinds.accuracy.cases import case_name
 from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
                                                 stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import cubic_sets, screen_tables, upper, weights
-from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
+from tcert.checker.kinds.accuracy.tables import SHIFT, float_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
@@ -59,7 +59,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model, eqke_bounds=False)
+        tables = float_tables(B, model)
     values = {}                  # cubic's per-max-token value bounds, for the mixed entries' exact evaluation
     cases, weight = cubic_weight(tables, dist, ob)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)

@@ -2,10 +2,11 @@
 
 `cubic_sets` (cubic's rule for every case and token: cubic's screen, refine's cubic sets) and
 `refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
-evaluation on the integer tables (so the screen only saves time, never changes what can be proved by more
+evaluation on the integer tables (built only then: `tables.Tables`) (so the screen only saves time, never changes what can be proved by more
 than its rounding).
 
-Every table is rounded outward from the exact integers (floor of lo, ceil of hi): values at one scale, at
+Every table is rounded outward from the float64 ends (`tables.float_tables`; floor of lo, ceil of hi,
+exactly: `rows.scaled_ends`): values at one scale, at
 most 2^VALUE_BITS in magnitude (`rows.value_tables`); pw per query at most 2^W (its own scale; position
 sums from the rounded pw); e per (q, m) at most 2^W (`weights`: relative to the largest e[q, t], t <= m,
 the only keys an input with max m has). Positive scales (one for pw per query, one for e per (q, m))
@@ -19,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.accuracy.rows import BIT_LENGTH, align, shifted_each, value_tables
+from tcert.checker.kinds.accuracy.rows import align, mantissas, scaled_ends, value_tables
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
@@ -29,8 +30,7 @@ MAX_SETS = 1 << 28      # `cubic_sets`: d_vocab^3 n_ctx at most (K's booleans; d
 
 class Screen(NamedTuple):
     """W; value tables V (rows.value_tables); cubic's value bounds Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
-    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t] and L[q, t] the
-    bit length of e_hi; pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw,
+    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t]; s (`weights`); pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw,
     large[q, r] >= the sum of the r largest (r = 0..n-1: r = n-1 the total)."""
 
     W: int
@@ -48,37 +48,31 @@ class Screen(NamedTuple):
 
 
 def screen_tables(tables) -> Screen:
-    """The int64 tables (computed once per `tables`, kept in it under "screen")."""
+    """The int64 tables (computed once per `tables`, kept in it under "screen"), from the float64 ends of
+    `tables.float_tables`: e as 30-bit mantissas at exponents Ee = L - 30 (e_hi < 2^L: `rows.mantissas`), pw
+    per query at most 2^W (`rows.scaled_ends` at 2^(W - X_q), every pw_hi[q, i] < 2^X_q)."""
     if "screen" in tables:
         return tables["screen"]
     n = tables["n"]
     W = (41 - (15 * n - 15).bit_length()) // 2
     V = value_tables(tables, VALUE_BITS)
-    L = BIT_LENGTH(tables["e_hi"]).astype(np.int64)
-    Ee = np.maximum(L - 30, 0)
-    em = [shifted_each(tables[name], Ee, up) for name, up in (("e_lo", False), ("e_hi", True))]
-    sp = [max(max(int(x) for x in row).bit_length() - W, 0) for row in tables["pw_hi"]]
-    pw = [np.array([[shifted_int(int(x), s, up) for x in row] for row, s in zip(tables[name], sp)], dtype=np.int64)
-          for name, up in (("pw_lo", False), ("pw_hi", True))]
+    *em, L = mantissas(*tables["ends"]["e"], 30)
+    pw_lo, pw_hi = tables["ends"]["pw"]
+    pw = list(scaled_ends(pw_lo, pw_hi, W - np.frexp(pw_hi.max(axis=1))[1][:, None]))
     small = np.cumsum(np.sort(pw[0][:, : n - 1], axis=1), axis=1)
     large = np.cumsum(-np.sort(-pw[1][:, : n - 1], axis=1), axis=1)
     small, large = (np.concatenate([np.zeros((len(a), 1), np.int64), a], axis=1) for a in (small, large))
     if FIVE_TERMS * (1 << W) * max(int(large.max()), int(pw[1].max())) * (3 << (VALUE_BITS + 1)) >= 1 << 63:
         raise RuntimeError("accuracy screen: int64 bound exceeded (checker bug)")     # the module docstring
-    s = np.maximum(np.maximum.accumulate(L, axis=1) - W, 0)
-    tables["screen"] = Screen(W, V, *value_bounds(V, n), em, Ee, s, pw, small, large)
+    s = np.maximum.accumulate(L, axis=1) - W
+    tables["screen"] = Screen(W, V, *value_bounds(V, n), em, L - 30, s, pw, small, large)
     return tables["screen"]
-
-
-def shifted_int(x: int, s: int, up: bool) -> int:
-    """floor (ceil when `up`) of x * 2^-s for s >= 0, exactly."""
-    return -((-x) >> s) if up else x >> s
 
 
 def weights(S: Screen, Q, M, T, up: bool):
     """e[Q, T] rounded down (up) at 2^-s[Q, M], s[q, m] the exponent that puts max_{t <= m} e_hi[q, t] at
     most 2^W (elementwise over arrays Q, M, T with T <= M; from the mantissas: floor / ceil twice is still
-    outward; s - Ee >= 0 since Ee = max(L - 30, 0), L the bit length of e_hi, and W <= 30)."""
+    outward; s - Ee >= 30 - W >= 0 since Ee = L - 30, e_hi[q, t] < 2^L[q, t], and W <= 30)."""
     return align(S.em[up][Q, T], S.s[Q, M] - S.Ee[Q, T], up)
 
 
