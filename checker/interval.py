@@ -369,7 +369,8 @@ def outward(ends, shape) -> tuple:
     """(lo, hi) float64 arrays of `shape` from (lower, upper) float pairs within one step of the exact ends
     (nearest, or clamped to +-FLOAT_MAX beyond it): each moved one step outward (np.nextafter, exact)."""
     a = np.array(ends, dtype=np.float64).reshape(tuple(shape) + (2,))
-    return np.nextafter(a[..., 0], -np.inf), np.nextafter(a[..., 1], np.inf)
+    with np.errstate(over="ignore"):            # +-FLOAT_MAX one step out: an infinity, as documented
+        return np.nextafter(a[..., 0], -np.inf), np.nextafter(a[..., 1], np.inf)
 
 
 def fixed_end(man: int, exp: int, which: int, shift: int) -> int:

@@ -124,7 +124,8 @@ class Tables(dict):
 def float_tables(B, model, eqke: bool = True) -> Tables:
     """The tables as float64 ends: "ends" {EU, EVOU, PVOU, e (only when `eqke`), pw: (lo, hi)} with lo <= each
     entry <= hi (`Backend.float_ends`; e and pw the numerators of `integer_tables`, lower ends clipped at 0);
-    Rejected when an end is beyond the float64 range (hostile weights). The exact integer bounds come on demand."""
+    Rejected when an end is beyond the float64 range (hostile weights; as `integer_bounds` beyond 2^(MAX_BITS -
+    SHIFT)). The exact integer bounds come on demand."""
     intervals = interval_tables(B, model, eqke)
     out = Tables(n=model.config.n_ctx, v=model.config.d_vocab, intervals=intervals)
     out.backend = B
@@ -136,6 +137,7 @@ def float_tables(B, model, eqke: bool = True) -> Tables:
         ends[key] = (np.where(deep, 0.0, np.maximum(lo, 0.0)), np.where(deep, TINY, hi))
     for name, (lo, hi) in ends.items():
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+            out.exact(False)            # Rejected with the failing numbers beyond 2^(MAX_BITS - SHIFT)
             raise Rejected("", f"accuracy: a bound of {name} is beyond the float64 range (hostile weights)")
     out["ends"] = ends
     return out
