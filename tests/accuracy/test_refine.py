@@ -118,15 +118,22 @@ def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
 
 
 def test_derived_cubic_sets_by_blocks_and_their_limit(tiny, monkeypatch):
-    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets as in one block; beyond
-    MAX_SETS entries the check is refused as bad input, in one line."""
+    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets (and "cubic keys", which equal
+    refine.key_bounds_int64 on every case with a set) as in one block; beyond MAX_SETS entries the check is
+    refused as bad input, in one line."""
     path, model, T, _ = tiny
     n, v = T["n"], T["v"]
-    K, all_max = screen.cubic_sets(dict(T))
+    D = {k: x for k, x in T.items() if k not in ("cubic sets", "cubic keys")}
+    K, all_max = screen.cubic_sets(D)
+    M, Q, C = (a.astype(np.int64) for a in np.nonzero(K.any(axis=3)))     # the cases with a cubic set
+    keys = refine.key_bounds_int64(screen.screen_tables(D), refine.CubicSets(K, all_max), M, Q, C)
+    assert len(M) and np.array_equal(D["cubic keys"][M, Q, C], keys)      # "cubic keys": key_bound of the sets
     for block in (1, 2, 3):
         monkeypatch.setattr(screen, "SETS_CHUNK", block * v * v)
-        K2, all_max2 = screen.cubic_sets({k: x for k, x in T.items() if k != "cubic sets"})
+        D2 = {k: x for k, x in T.items() if k not in ("cubic sets", "cubic keys")}
+        K2, all_max2 = screen.cubic_sets(D2)
         assert np.array_equal(K, K2) and np.array_equal(all_max, all_max2)
+        assert np.array_equal(D["cubic keys"], D2["cubic keys"])
     cert = refine_cert(path, "refine:0")
     monkeypatch.setattr(screen, "MAX_SETS", v ** 3 * n - 1)
     with pytest.raises(BadInput, match=r"d_vocab\^3 n_ctx = \d+ exceeds"):

@@ -226,7 +226,8 @@ def require_mixed(tables, values, case, K, S, b):
 def mixed_screened(tables, sets, mixed) -> tuple:
     """(flat, proved, meets, sizes): the entries flat = [((m, q, c), S, b), ...], per entry whether the int64
     screen (screen.py) proves its `mixed_bound` negative (every entry at once: `key_bounds` and `key_bound` on
-    the screen's tables; the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
+    the screen's tables, the latter from `screen.cubic_sets`' "cubic keys" when `sets` are the derived sets;
+    the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
     as `CubicSets`) and |K| (ints)."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
@@ -250,19 +251,34 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
     Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    beta_K = key_bounds_int64(Sc, sets, M, Q, C)
-    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
-    pure, corners = [], []
-    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
-        base = u * Mx + Qx
-        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
-        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
-                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
-    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
+    K = sets.K[M, Q, C]
+    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
+        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
+    else:
+        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
+    bound = np.empty(len(flat), dtype=np.int64)
+    for j in (np.nonzero(B == C)[0], np.nonzero(B < C)[0]):     # each entry's rule on its own rows only
+        bound[j] = mixed_screen_bound(Sc, n, Q[j], C[j], B[j], Mx[j], Qx[j], beta_S[j], beta_K[j])
     inS = np.zeros((len(flat), v), dtype=bool)
     inS[R, T] = True
-    K = sets.K[M, Q, C]
     return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
+
+
+def mixed_screen_bound(Sc, n: int, Q, C, B, Mx, Qx, beta_S, beta_K):
+    """`mixed_bound` on the screen's tables for entries all with b = c or all with b < c (arrays per entry;
+    Mx, Qx, beta_S per competitor x): the ends of u's range, with W = P - u (b = c) or the corners of
+    (u, W) and W_K's term from beta_K (b < c)."""
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    ends = []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        if len(B) and B[0] == C[0]:
+            ends.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+            continue
+        ends += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    if len(B) and B[0] == C[0]:
+        return np.maximum(*ends)
+    return np.max(ends, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K)
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:

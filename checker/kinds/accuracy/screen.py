@@ -103,8 +103,10 @@ def cubic_sets(tables) -> tuple:
     """`cubic.numerator_bound` on these tables for every case and token at once: (K, all_max), K[m, q, c, k]
     (c >= 1) whether the bound is negative for non-max token k of case (m, q, c), all_max[m, q] whether it is
     for the all-max input (c = 0); False wherever no such case or token exists (q > m, c > n-2 with q < m,
-    k >= m; K[..., 0, :]). Cached in `tables`; by blocks of max tokens (at most SETS_CHUNK (m, q, k) each),
-    and refused (BadInput) when K would exceed MAX_SETS entries.
+    k >= m; K[..., 0, :]). Cached in `tables`, with "cubic keys" KB[m, q, c] = max over k in K[m, q, c] of
+    upper(e_k, EUp[m, q] + R[m, k]) at 2^-s[q, m] (refine's beta_K; int64 min where K[m, q, c] is empty); by
+    blocks of max tokens (at most SETS_CHUNK (m, q, k) each), and refused (BadInput) when K would exceed
+    MAX_SETS entries.
 
     Per (m, q) and end u the bound is A(u) + upper(w, key) with w in [lo, hi] e_k-scaled: lo = e_k (P_lo - u)
     or eh_k (P_lo - u) as P_lo - u >= 0 or not, hi alike; upper(w, key) = x (x >= 0 ? a : b) with x = hi,
@@ -121,14 +123,18 @@ def cubic_sets(tables) -> tuple:
     eM, eMh, eQ, eQh = (weights(S, q, m, t, up) for t in (m, q) for up in (False, True))
     query = upper(eQ * S.pw[0][q, n - 1], eQh * S.pw[1][q, n - 1], S.Tq[m, q])
     K, step = np.zeros((v, v, n, v), dtype=bool), max(1, SETS_CHUNK // (v * v))
+    KB = np.full((v, v, n), np.iinfo(np.int64).min)
     for m0 in range(0, v, step):
         M, Q, T = np.nonzero(np.tri(v, dtype=bool)[m0:m0 + step, :, None] & np.tri(v, k=-1, dtype=bool)[m0:m0 + step, None])
         M += m0                                                 # (m, q, k) with q <= m, k < m
+        if not len(M):                                          # max token 0: no k < m
+            continue
         eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
         key = S.EUp[M, Q] + S.R[M, T]
         neg = key < 0
         a, b = np.where(neg, eK * key, eKh * key), np.where(neg, eKh * key, eK * key)
         side, at = 2 * Q + neg, pair[M, Q]                      # x: hi of query Q for key >= 0, else lo
+        runs = np.flatnonzero(np.r_[True, np.diff(at) != 0])     # each (m, q)'s tokens k < m, consecutive
         for c in range(1, n):
             holds = c <= np.where(Q == M, n - 1, n - 2)
             for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
@@ -136,7 +142,8 @@ def cubic_sets(tables) -> tuple:
                 A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
                 holds &= A[at] + np.where(x >= 0, a, b) * x < 0
             K[M, Q, c, T] = holds
+            KB[M[runs], Q[runs], c] = np.maximum.reduceat(np.where(holds, a, KB[0, 0, 0]), runs)
     all_max = np.zeros((v, v), dtype=bool)
     all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
-    tables["cubic sets"] = K, all_max
+    tables["cubic sets"], tables["cubic keys"] = (K, all_max), KB
     return K, all_max
