@@ -49,6 +49,7 @@ MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
 QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
+QUERY_BANDS = 2               # stacks of queries at least, by their groups' largest max token (`pattern_weight`)
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -366,9 +367,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
         for (m, q, P), (rule, unclaimed) in sorted(patterns.items()):
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
-        queries, step = sorted(by_query), max(1, QUERY_ELEMENTS // (n * v * v))
+        top = {q: max(g[0][0] for g in groups) for q, groups in by_query.items()}      # no token above it is read
+        queries = sorted(by_query, key=top.get)
+        step = max(1, min(QUERY_ELEMENTS // (n * v * v), -(-len(queries) // QUERY_BANDS)))
         for s in range(0, len(queries), step):
-            stack = stacked_view(tables, values, queries[s:s + step])
+            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1)
             views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
                      for k, q in enumerate(queries[s:s + step])}
             pending, batches = {q: [] for q in views}, {}

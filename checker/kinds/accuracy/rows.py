@@ -74,16 +74,17 @@ def query_rows(tables, values, q: int) -> Rows:
     return Rows(*(a[0] for a in stacked_rows(tables, values, [q])))
 
 
-def stacked_rows(tables, values, qs) -> Rows:
-    """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query).
+def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
+    """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query), for the
+    key tokens t < `tokens` only (default all: rows of other tokens are never read by a caller that passes it).
     w = e pw from WB-bit mantissas of each (`mantissas`; exact int64 products below 2^(2 WB)), cut to WB bits
     at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length)."""
-    n = tables["n"]
+    n, t = tables["n"], slice(0, tokens)
     qs = list(qs)
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
-    Vl = EUl[qs][:, None, None, :] + EVl[None, None, :, :] + PVl[None, :, None, :]
-    Vh = EUh[qs][:, None, None, :] + EVh[None, None, :, :] + PVh[None, :, None, :]
-    el, eh, Xe = mantissas(*(a[qs] for a in tables["ends"]["e"]), WB)
+    Vl = EUl[qs][:, None, None, :] + EVl[None, None, t, :] + PVl[None, :, None, :]
+    Vh = EUh[qs][:, None, None, :] + EVh[None, None, t, :] + PVh[None, :, None, :]
+    el, eh, Xe = mantissas(*(a[qs][:, t] for a in tables["ends"]["e"]), WB)
     pl, ph, Xp = mantissas(*(a[qs][:, :n] for a in tables["ends"]["pw"]), WB)
     w_lo, w_hi = pl[:, :, None] * el[:, None, :], ph[:, :, None] * eh[:, None, :]       # below 2^(2 WB + 1)
     cut = np.maximum(np.frexp(w_hi.astype(np.float64))[1] - WB, 0)
@@ -150,13 +151,14 @@ def query_view(tables, values, q: int) -> tuple:
     return Rows(*(a[0] for a in rows)), Eq[0], Dal[0]
 
 
-def stacked_view(tables, values, qs) -> tuple:
-    """`query_view` of the queries qs at once, stacked along a leading axis (one per query)."""
-    rows = stacked_rows(tables, values, qs)
+def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
+    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` as in
+    `stacked_rows` (every query in qs below it: Eq[m] is then for m < tokens)."""
+    rows = stacked_rows(tables, values, qs, tokens)
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align(rows.D, Eq[:, None, None, :] - rows.E[..., None], True)
+    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[..., None], True)
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
