@@ -587,6 +587,27 @@ def test_malformed_refine_evidence_is_bad_input(shipped_tiny, edit, msg):
         check(edited(cert, edit), path)
 
 
+def test_mixed_entries_one_line_test_refuses_what_the_field_checks_refuse():
+    """parse_mixed's one-line test of an entry and refine.mixed_fields (each field, named) agree: on a sweep of
+    values, types (bools, floats, strings, None) and shapes, an entry either passes both (and is read as
+    {(m, q, c): [(S, b)]}) or parse_mixed refuses it with mixed_fields' message; a mask read once per (mask, m)
+    is the same set wherever it recurs."""
+    n, v = 4, 6
+    vals = [-1, 0, 1, 2, 3, 5, 6, True, False, 1.0, "1", None]      # no 4: the first entry's case below
+    for m, q, c, b in itertools.product(vals, vals, vals, vals):
+        for e in ([m, q, c, "3", b], [m, q, c, "0", b], [m, q, c, "3", b, 0], (m, q, c, "3", b)):
+            try:
+                refine.mixed_fields(e, "evidence.mixed[1]", n, v)
+            except BadInput as x:
+                with pytest.raises(BadInput) as got:
+                    refine.parse_mixed([[4, 2, 1, "1", 1], e], n, v)
+                assert str(got.value) == str(x), e
+                continue
+            assert refine.parse_mixed([[4, 2, 1, "1", 1], e], n, v)[(m, q, c)][-1] == ([0, 1], b), e
+    read = refine.parse_mixed([[3, 1, 1, "5", 1], [4, 1, 1, "5", 1], [3, 0, 1, "5", 1], [5, 5, 1, "5", 1]], n, v)
+    assert [S for entries in read.values() for S, _ in entries] == [[0, 2]] * 4
+
+
 def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):
     """A case split both ways would credit its inputs twice; two mixed entries of one case and one b must
     have disjoint sets."""

@@ -112,21 +112,35 @@ def parse_mixed(entries, n: int, v: int) -> dict:
     and there are exactly b of them; S disjoint from the case's cubic set K is an obligation, `mixed_weight`)."""
     if not isinstance(entries, list) or len(entries) > v * v * n * v:
         raise BadInput(f"evidence.mixed: must be a list of at most {v * v * n * v} entries")
-    out = {}
+    out, masks = {}, {}                                   # masks: each (hexmask, m) read once
     for j, entry in enumerate(entries):
-        where = f"evidence.mixed[{j}]"
-        if not isinstance(entry, list) or len(entry) != 5:
-            raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
-        m = parse_int(entry[0], where + ".m", 1, v - 1)
-        q = parse_int(entry[1], where + ".q", 0, m)
-        c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
-        S = cubic.parse_mask(entry[3], where, v, m, 1)          # a non-empty subset of [0, m)
-        b = parse_int(entry[4], where + ".b", 1, c)
+        where = lambda: f"evidence.mixed[{j}]"
+        if not (type(entry) is list and len(entry) == 5 and type(entry[0]) is type(entry[1]) is type(entry[2])
+                is type(entry[4]) is int and 0 <= entry[1] <= entry[0] < v and entry[0] and 1 <= entry[4] <= entry[2]
+                <= (n - 1 if entry[1] == entry[0] else n - 2)):     # else the field at fault, named:
+            mixed_fields(entry, where(), n, v)
+        m, q, c, b = entry[0], entry[1], entry[2], entry[4]
+        S = masks.get((entry[3], m)) if type(entry[3]) is str else None
+        if S is None:                                     # a non-empty subset of [0, m) (a non-string: refused)
+            S = masks[entry[3], m] = cubic.parse_mask(entry[3], where(), v, m, 1)
         for S2, b2 in out.get((m, q, c), []):
             if b2 == b and set(S) & set(S2):
-                raise BadInput(f"{where}: overlaps another mixed entry of {case_name(m, q, c)}")
+                raise BadInput(f"{where()}: overlaps another mixed entry of {case_name(m, q, c)}")
         out.setdefault((m, q, c), []).append((S, b))
     return out
+
+
+def mixed_fields(entry, where: str, n: int, v: int):
+    """Raise BadInput naming the first field of a mixed entry that is malformed or out of range (m in [1, v-1],
+    q in [0, m], c in [1, n-1] when q = m else [1, n-2], the mask, b in [1, c]); `parse_mixed` calls it on an entry its
+    one-line test of the same conditions refuses."""
+    if not isinstance(entry, list) or len(entry) != 5:
+        raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
+    m = parse_int(entry[0], where + ".m", 1, v - 1)
+    q = parse_int(entry[1], where + ".q", 0, m)
+    c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
+    cubic.parse_mask(entry[3], where, v, m, 1)
+    parse_int(entry[4], where + ".b", 1, c)
 
 
 def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
