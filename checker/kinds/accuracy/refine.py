@@ -132,8 +132,8 @@ def parse_mixed(entries, n: int, v: int) -> dict:
 
 def mixed_fields(entry, where: str, n: int, v: int):
     """Raise BadInput naming the first field of a mixed entry that is malformed or out of range (m in [1, v-1],
-    q in [0, m], c in [1, n-1] when q = m else [1, n-2], the mask, b in [1, c]); `parse_mixed` calls it on an entry its
-    one-line test of the same conditions refuses."""
+    q in [0, m], c in [1, n-1] when q = m else [1, n-2], the mask, b in [1, c]); `parse_mixed` calls it on an
+    entry its one-line test of the same conditions refuses."""
     if not isinstance(entry, list) or len(entry) != 5:
         raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
     m = parse_int(entry[0], where + ".m", 1, v - 1)
@@ -271,29 +271,17 @@ def mixed_screened(tables, sets, mixed) -> tuple:
         beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
     else:
         beta_K = key_bounds_int64(Sc, sets, M, Q, C)
-    bound = np.empty(len(flat), dtype=np.int64)
-    for j in (np.nonzero(B == C)[0], np.nonzero(B < C)[0]):     # each entry's rule on its own rows only
-        bound[j] = mixed_screen_bound(Sc, n, Q[j], C[j], B[j], Mx[j], Qx[j], beta_S[j], beta_K[j])
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    pure, corners = [], []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
+                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
     inS = np.zeros((len(flat), v), dtype=bool)
     inS[R, T] = True
     return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
-
-
-def mixed_screen_bound(Sc, n: int, Q, C, B, Mx, Qx, beta_S, beta_K):
-    """`mixed_bound` on the screen's tables for entries all with b = c or all with b < c (arrays per entry;
-    Mx, Qx, beta_S per competitor x): the ends of u's range, with W = P - u (b = c) or the corners of
-    (u, W) and W_K's term from beta_K (b < c)."""
-    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
-    ends = []
-    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
-        base = u * Mx + Qx
-        if len(B) and B[0] == C[0]:
-            ends.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
-            continue
-        ends += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K for w in (Sc.small[Q, B], Sc.large[Q, B])]
-    if len(B) and B[0] == C[0]:
-        return np.maximum(*ends)
-    return np.max(ends, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K)
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:

@@ -7,11 +7,12 @@ numerator, the same multiple for every key) and V_i[t,x] = EU[q,x] + EVOU[t,x] +
     sum_i w_i[t_i] (V_i[t_i,x] - V_i[t_i,m]) < 0.
 
 Int64 form, rounded outward and exactly from the tables' float64 ends (`tables.float_tables`; no rounded float
-operation: `scaled_ends`): every V entry in one fixed-point scale 2^k with |V| < 2^VB, every w as a mantissa <= 2^WB with an exponent E[i,t] of its own per (i, t), so that
-H_i[t,x] = w_i[t] V_i[t,x] lies in [Hl, Hh], int64 products below 2^(WB+VB), and a difference H[x] - H[m]
-below 2^(WB+VB+1). A sum of up to n such terms, each aligned to the largest exponent among its rows (exact
-floor / ceil shifts), stays below 2^62; `query_rows` asserts the magnitudes this rests on (a violation is a
-checker bug: exit 3). What int64 cannot decide falls back to `exact_correct` on the integer tables (built then: `tables.Tables`).
+operation: `scaled_ends`): every V entry in one fixed-point scale 2^k with |V| < 2^VB, every w as a mantissa
+<= 2^WB with an exponent E[i,t] of its own per (i, t), so that H_i[t,x] = w_i[t] V_i[t,x] lies in [Hl, Hh],
+int64 products below 2^(WB+VB), and a difference H[x] - H[m] below 2^(WB+VB+1). A sum of up to n such terms,
+each aligned to the largest exponent among its rows (exact floor / ceil shifts), stays below 2^62;
+`query_rows` asserts the magnitudes this rests on (a violation is a checker bug: exit 3). What int64 cannot
+decide falls back to `exact_correct` on the integer tables (built then: `tables.Tables`).
 """
 
 from typing import NamedTuple

@@ -1,9 +1,10 @@
 """The cubic and mixed rules' tables in int64 at reduced precision, rounded outward: a fast screen.
 
 `cubic_sets` (cubic's rule for every case and token: cubic's screen, refine's cubic sets) and
-`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
-evaluation on the integer tables (built only then: `tables.Tables`) (so the screen only saves time, never changes what can be proved by more
-than its rounding).
+`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever
+the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact evaluation on the integer
+tables (built only then: `tables.Tables`), so the screen only saves time, never changes what can be proved
+by more than its rounding.
 
 Every table is rounded outward from the float64 ends (`tables.float_tables`; floor of lo, ceil of hi,
 exactly: `rows.scaled_ends`): values at one scale, at
@@ -30,8 +31,9 @@ MAX_SETS = 1 << 28      # `cubic_sets`: d_vocab^3 n_ctx at most (K's booleans; d
 
 class Screen(NamedTuple):
     """W; value tables V (rows.value_tables); cubic's value bounds Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
-    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t]; s (`weights`); pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw,
-    large[q, r] >= the sum of the r largest (r = 0..n-1: r = n-1 the total)."""
+    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t]; s (`weights`);
+    pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw, large[q, r] >= the sum of
+    the r largest (r = 0..n-1: r = n-1 the total)."""
 
     W: int
     V: dict
