@@ -97,8 +97,8 @@ def centred(V, m: int) -> tuple:
 
 
 def upper(lo, hi, x):
-    """Upper bound of w * x over w in [lo, hi] (elementwise, int64)."""
-    return np.where(x >= 0, hi * x, lo * x)
+    """Upper bound of w * x over w in [lo, hi] (elementwise, int64): hi x where x >= 0, else lo x."""
+    return x * np.where(x >= 0, hi, lo)
 
 
 def cubic_sets(tables) -> tuple:
