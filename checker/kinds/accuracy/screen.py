@@ -134,17 +134,19 @@ def cubic_sets(tables) -> tuple:
         eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
         key = S.EUp[M, Q] + S.R[M, T]
         neg = key < 0
-        a, b = np.where(neg, eK * key, eKh * key), np.where(neg, eKh * key, eK * key)
+        a, b = key * np.where(neg, eK, eKh), key * np.where(neg, eKh, eK)
         side, at = 2 * Q + neg, pair[M, Q]                      # x: hi of query Q for key >= 0, else lo
-        runs = np.flatnonzero(np.r_[True, np.diff(at) != 0])     # each (m, q)'s tokens k < m, consecutive
+        diag = np.flatnonzero(Q == M)                           # c = n-1 only for q = m (every m >= 1 has some)
         for c in range(1, n):
-            holds = c <= np.where(Q == M, n - 1, n - 2)
+            j = slice(None) if c <= n - 2 else diag
+            holds = np.ones(len(at[j]), dtype=bool)
             for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
-                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side]     # P - u
+                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side[j]]     # P - u
                 A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
-                holds &= A[at] + np.where(x >= 0, a, b) * x < 0
-            K[M, Q, c, T] = holds
-            KB[M[runs], Q[runs], c] = np.maximum.reduceat(np.where(holds, a, KB[0, 0, 0]), runs)
+                holds &= A[at[j]] + np.where(x >= 0, a[j], b[j]) * x < 0
+            K[M[j], Q[j], c, T[j]] = holds
+            runs = np.flatnonzero(np.r_[True, np.diff(at[j]) != 0])     # each (m, q)'s tokens k < m, consecutive
+            KB[M[j][runs], Q[j][runs], c] = np.maximum.reduceat(np.where(holds, a[j], KB[0, 0, 0]), runs)
     all_max = np.zeros((v, v), dtype=bool)
     all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
     tables["cubic sets"], tables["cubic keys"] = (K, all_max), KB
