@@ -102,10 +102,12 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
 
 
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (the top two of each row: the largest, except at an entry equal to
-    it, where the second largest, itself the largest when the maximum is attained twice)."""
-    top = np.partition(M, -2, axis=-1)[..., -2:]
-    return np.where(M == top[..., 1:], top[..., :1], top[..., 1:])
+    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at its only
+    entry equal to it, where the largest of the others (a maximum attained twice is its own second)."""
+    top = M.max(axis=-1, keepdims=True)
+    eq = M == top
+    second = np.where(eq, np.iinfo(np.int64).min, M).max(axis=-1, keepdims=True)
+    return np.where(eq & (eq.sum(axis=-1, keepdims=True) == 1), second, top)
 
 
 def align(x, s, up: bool):
