@@ -15,7 +15,8 @@ import flint
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_rounding import ball_from_arb, ends_from_arb, near_ball_from_arb, to_arb_mat
-from tcert.checker.interval import DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end, fixed_end
+from tcert.checker.interval import (DEFAULT_PREC, MATRIX_HOOKS, PRIMITIVES, Backend, IMat, bounded_end, fixed_end,
+                                    outward)
 
 # python-flint starts at 53 bits; operators on balls outside any backend's block use the global value,
 # so it starts at the checker's default (as if a default backend were in force).
@@ -61,6 +62,14 @@ class FlintBackend(Backend):
             lo.append([fixed_end(int(a), int(e), 0, shift) for a, e in (x.lower().man_exp() for x in row)])
             hi.append([fixed_end(int(a), int(e), 1, shift) for a, e in (x.upper().man_exp() for x in row)])
         return lo, hi
+
+    def float_ends(self, m):
+        """Arb's exact ends, python-flint's float() of each (Arb's arf_get_d, correctly rounded; infinite beyond
+        the float range), one step outward (`interval.outward`)."""
+        entries = m.data.entries() if m.shape[0] and m.shape[1] else []
+        if not all(x.is_finite() for x in entries):
+            raise Rejected("finite enclosure", "a matrix entry is not finite")
+        return outward([(float(x.lower()), float(x.upper())) for x in entries], m.shape)
 
     def exp(self, x):
         return x.exp()

@@ -53,11 +53,12 @@ BACKEND_NAMES = ("flint", "flint-exact", "mpmath", "mpmath+exact")
 # +-2^-MAX_EXP), a larger one fails closed (Rejected), whatever the enclosure's own exponent is
 # (exp(-5e7) is an Arb ball with a 27-bit exponent, but would be a Fraction of 7e7 bits).
 MAX_EXP = 1 << 14
+FLOAT_MAX = Fraction(float.fromhex("0x1.fffffffffffffp+1023"))     # the largest float64 (`Backend.float_ends`)
 
 # The declared interface: the public primitives and the IMat operations' backend hooks. FlintBackend
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
-              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres", "fixed_ends")
+              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres", "fixed_ends", "float_ends")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
 # The exact layer runs on a backend made with exact=True: "flint" by default (and "+exact" names); the
@@ -198,6 +199,14 @@ class Backend(ABC):
         rows = m.rows()
         return ([[(self.lower(x) * (1 << shift)).__floor__() for x in row] for row in rows],
                 [[(self.upper(x) * (1 << shift)).__ceil__() for x in row] for row in rows])
+
+    def float_ends(self, m: IMat) -> tuple:
+        """(lo, hi): float64 arrays of m's shape with lo <= every point of each entry <= hi: the float nearest to
+        each exact end (`lower` / `upper`, clamped to +-the largest float; Python's float of a Fraction is
+        correctly rounded) one step outward (np.nextafter, exact; infinite beyond the float range). Rejected as
+        `lower` / `upper`."""
+        near = lambda q: float(min(max(q, -FLOAT_MAX), FLOAT_MAX))
+        return outward([[(near(self.lower(x)), near(self.upper(x))) for x in row] for row in m.rows()], m.shape)
 
     @abstractmethod
     def _endpoint(self, x, which: int) -> Fraction:
@@ -354,6 +363,14 @@ def bounded_end(man: int, exp: int, which: int, prec: int) -> Fraction:
     if top <= -MAX_EXP:   # |value| < 2^-MAX_EXP: the outward neighbour on the grid 0, +-2^-MAX_EXP
         return Fraction(0) if (man > 0) == (which == 0) else Fraction(1 if man > 0 else -1, 1 << MAX_EXP)
     return Fraction(man << exp) if exp >= 0 else Fraction(man, 1 << -exp)
+
+
+def outward(ends, shape) -> tuple:
+    """(lo, hi) float64 arrays of `shape` from (lower, upper) float pairs within one step of the exact ends
+    (nearest, or clamped to +-FLOAT_MAX beyond it): each moved one step outward (np.nextafter, exact)."""
+    a = np.array(ends, dtype=np.float64).reshape(tuple(shape) + (2,))
+    with np.errstate(over="ignore"):            # +-FLOAT_MAX one step out: an infinity, as documented
+        return np.nextafter(a[..., 0], -np.inf), np.nextafter(a[..., 1], np.inf)
 
 
 def fixed_end(man: int, exp: int, which: int, shift: int) -> int:

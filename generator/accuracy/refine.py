@@ -24,7 +24,7 @@ import numpy as np
 
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.accuracy.refine import cubic_weight
-from tcert.checker.kinds.accuracy.tables import integer_tables
+from tcert.checker.kinds.accuracy import tables as checker_tables
 from tcert.checker.obligations import Obligations
 
 from tcert.generator.accuracy.cubic import cubic_flops, value_bounds
@@ -188,7 +188,7 @@ def checker_cubic_sets(model, dist) -> tuple:
     """The cubic sets the checker derives ({(m, q, c): K}, `tcert.checker.kinds.accuracy.refine.cubic_weight`)
     and their summed weight numerators: computed by the checker's own code on its rigorous tables, so that
     the mixed and pattern entries refine exactly the sets the checker will credit."""
-    tables = integer_tables(make_backend("flint"), model, eqke_bounds=False)
+    tables = checker_tables.float_tables(make_backend("flint"), model)
     return cubic_weight(tables, dist, Obligations())
 
 

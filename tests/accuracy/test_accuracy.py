@@ -524,6 +524,14 @@ def test_table_beyond_range_is_rejected_not_bad_input(tmp_path, backend):
     assert e.value.obligation == "accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"
     assert "in [" in e.value.detail
     assert check_main([cert, "--model", model_path, "--backend", backend]) == 1
+    big = {k: a * 2.0 ** -700 if k in ("embed.W_E", "blocks.0.attn.W_V", "blocks.0.attn.W_O", "unembed.W_U") else a
+           for k, a in big.items()}                 # EVOU ~ 2^1240: beyond the float range the int64 work reads
+    save_model(model_path, big, config, dtype=np.float64)
+    cert = write_certificate(tmp_path, "c2.json", "accuracy", model_path,
+                             {"task": "max-of-k", "d_vocab": 5, "n_ctx": 2, "inputs": 25, "correct_at_least": 0},
+                             {"strategy": "refine", "mixed": [], "patterns": []})
+    with pytest.raises(Rejected, match="beyond the float64 range"):
+        verify(cert, model_path, backend)
 
 
 @pytest.mark.parametrize("sharp,seed", [(5000, 0), (20000, 2)])

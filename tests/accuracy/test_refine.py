@@ -3,6 +3,7 @@ for every per-case rule (random and adversarially edited entries), mutations, bu
 backends, and weighted claims against exhaustive weighted counts."""
 
 import itertools
+import math
 import json
 import random
 from fractions import Fraction
@@ -117,15 +118,22 @@ def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
 
 
 def test_derived_cubic_sets_by_blocks_and_their_limit(tiny, monkeypatch):
-    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets as in one block; beyond
-    MAX_SETS entries the check is refused as bad input, in one line."""
+    """screen.cubic_sets by blocks of 1, 2 or 3 max tokens derives the same sets (and "cubic keys", which equal
+    refine.key_bounds_int64 on every case with a set) as in one block; beyond MAX_SETS entries the check is
+    refused as bad input, in one line."""
     path, model, T, _ = tiny
     n, v = T["n"], T["v"]
-    K, all_max = screen.cubic_sets(dict(T))
+    D = {k: x for k, x in T.items() if k not in ("cubic sets", "cubic keys")}
+    K, all_max = screen.cubic_sets(D)
+    M, Q, C = (a.astype(np.int64) for a in np.nonzero(K.any(axis=3)))     # the cases with a cubic set
+    keys = refine.key_bounds_int64(screen.screen_tables(D), refine.CubicSets(K, all_max), M, Q, C)
+    assert len(M) and np.array_equal(D["cubic keys"][M, Q, C], keys)      # "cubic keys": key_bound of the sets
     for block in (1, 2, 3):
         monkeypatch.setattr(screen, "SETS_CHUNK", block * v * v)
-        K2, all_max2 = screen.cubic_sets({k: x for k, x in T.items() if k != "cubic sets"})
+        D2 = {k: x for k, x in T.items() if k not in ("cubic sets", "cubic keys")}
+        K2, all_max2 = screen.cubic_sets(D2)
         assert np.array_equal(K, K2) and np.array_equal(all_max, all_max2)
+        assert np.array_equal(D["cubic keys"], D2["cubic keys"])
     cert = refine_cert(path, "refine:0")
     monkeypatch.setattr(screen, "MAX_SETS", v ** 3 * n - 1)
     with pytest.raises(BadInput, match=r"d_vocab\^3 n_ctx = \d+ exceeds"):
@@ -338,24 +346,31 @@ def test_top_two_is_the_max_over_the_other_entries():
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):
-    """rows.query_rows: Hl 2^E <= w V <= Hh 2^E and D >= max_{x != m} H[x] - H[m], against exact rationals of
-    the integer tables (the same common scale), for every query, position, token and max token."""
+    """rows.query_rows: Hl 2^(E - 2 WB - k) <= w V <= Hh 2^(E - 2 WB - k) and D >= max_{x != m} H[x] - H[m]
+    (k the value scale), against exact rationals of the float64 ends the rows are built from (w = e pw over
+    both ends, V = EU + EVOU + PVOU), for every query, position, token and max token; and those ends enclose
+    the interval matrices' exact ends (e and pw: the numerators', lower ends clipped at 0)."""
     _, model, T, _ = tiny
     n, v = T["n"], T["v"]
+    F = {name: tuple(np.vectorize(Fraction, otypes=[object])(a) for a in ends) for name, ends in T["ends"].items()}
+    B = make_backend("flint")
+    mats = dict(T["intervals"], e=T["numerators"]["EQKE"][0], pw=T["numerators"]["EQKP"][0])
+    for name, (lo, hi) in F.items():
+        exact = mats[name].rows()
+        floor = 0 if name in ("e", "pw") else -math.inf
+        assert all(a <= max(B.lower(x), floor) and B.upper(x) <= b
+                   for row, ra, rb in zip(exact, lo, hi) for x, a, b in zip(row, ra, rb)), name
     values = rows.value_tables(T)
-    bits = max(max(abs(int(x)) for x in T[f"{k}_{e}"].flat).bit_length()
-               for k in ("EU", "EVOU", "PVOU") for e in ("lo", "hi"))
-    sV = bits - (rows.value_bits(n) - 2)
     for q in range(v):
         R = rows.query_rows(T, values, q)
         for i in range(n):
             for t in range(v):
-                scale = Fraction(2) ** (int(R.E[i, t]) + sV)
-                w_lo, w_hi = T["e_lo"][q, t] * T["pw_lo"][q, i], T["e_hi"][q, t] * T["pw_hi"][q, i]
-                H_lo = [min(w_lo * (T["EU_lo"][q, x] + T["EVOU_lo"][t, x] + T["PVOU_lo"][i, x]),
-                            w_hi * (T["EU_lo"][q, x] + T["EVOU_lo"][t, x] + T["PVOU_lo"][i, x])) for x in range(v)]
-                H_hi = [max(w_lo * (T["EU_hi"][q, x] + T["EVOU_hi"][t, x] + T["PVOU_hi"][i, x]),
-                            w_hi * (T["EU_hi"][q, x] + T["EVOU_hi"][t, x] + T["PVOU_hi"][i, x])) for x in range(v)]
+                scale = Fraction(2) ** (int(R.E[i, t]) - 2 * rows.WB - values["k"])
+                w = (F["e"][0][q, t] * F["pw"][0][q, i], F["e"][1][q, t] * F["pw"][1][q, i])
+                V_lo = [F["EU"][0][q, x] + F["EVOU"][0][t, x] + F["PVOU"][0][i, x] for x in range(v)]
+                V_hi = [F["EU"][1][q, x] + F["EVOU"][1][t, x] + F["PVOU"][1][i, x] for x in range(v)]
+                H_lo = [min(w[0] * V_lo[x], w[1] * V_lo[x]) for x in range(v)]
+                H_hi = [max(w[0] * V_hi[x], w[1] * V_hi[x]) for x in range(v)]
                 for x in range(v):
                     assert int(R.Hl[i, t, x]) * scale <= H_lo[x] and H_hi[x] <= int(R.Hh[i, t, x]) * scale
                 for m in range(v):
@@ -570,6 +585,27 @@ def test_malformed_refine_evidence_is_bad_input(shipped_tiny, edit, msg):
     path, cert = shipped_tiny
     with pytest.raises(BadInput, match=msg):
         check(edited(cert, edit), path)
+
+
+def test_mixed_entries_one_line_test_refuses_what_the_field_checks_refuse():
+    """parse_mixed's one-line test of an entry and refine.mixed_fields (each field, named) agree: on a sweep of
+    values, types (bools, floats, strings, None) and shapes, an entry either passes both (and is read as
+    {(m, q, c): [(S, b)]}) or parse_mixed refuses it with mixed_fields' message; a mask read once per (mask, m)
+    is the same set wherever it recurs."""
+    n, v = 4, 6
+    vals = [-1, 0, 1, 2, 3, 5, 6, True, False, 1.0, "1", None]      # no 4: the first entry's case below
+    for m, q, c, b in itertools.product(vals, vals, vals, vals):
+        for e in ([m, q, c, "3", b], [m, q, c, "0", b], [m, q, c, "3", b, 0], (m, q, c, "3", b)):
+            try:
+                refine.mixed_fields(e, "evidence.mixed[1]", n, v)
+            except BadInput as x:
+                with pytest.raises(BadInput) as got:
+                    refine.parse_mixed([[4, 2, 1, "1", 1], e], n, v)
+                assert str(got.value) == str(x), e
+                continue
+            assert refine.parse_mixed([[4, 2, 1, "1", 1], e], n, v)[(m, q, c)][-1] == ([0, 1], b), e
+    read = refine.parse_mixed([[3, 1, 1, "5", 1], [4, 1, 1, "5", 1], [3, 0, 1, "5", 1], [5, 5, 1, "5", 1]], n, v)
+    assert [S for entries in read.values() for S, _ in entries] == [[0, 2]] * 4
 
 
 def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):

@@ -266,6 +266,31 @@ def test_fixed_ends_are_the_floor_and_ceiling_of_the_exact_ends(name):
     assert MAX_EXP < 2 ** 20 * 1.44
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_float_ends_bound_the_exact_ends_within_one_step(name):
+    """float_ends(m): float64 lo <= every entry's exact lower end and hi >= its upper end, each at most one
+    float step outside it (the nearest float, one step out), for exact points, wide intervals, the tiniest
+    and the largest magnitudes (infinite beyond the float range); a non-finite entry is Rejected."""
+    B = make_backend(name)
+    xs = [B.num(0), B.num(Fraction(-7, 3)), B.interval(Fraction(-1, 10 ** 30), Fraction(5, 7)), B.exp(B.num(-40000)),
+          -B.exp(B.num(-40000)), B.num(Fraction(2 ** 200 + 1, 3)), B.num(0.1), B.num(-(2.0 ** -1074)),
+          B.interval(Fraction(-(2 ** 5000)), Fraction(-(2 ** 4000))), B.num(2 ** 1100)]
+    lo, hi = B.float_ends(B.matrix([xs, xs[::-1]]))
+    assert lo.shape == hi.shape == (2, len(xs)) and lo.dtype == hi.dtype == np.float64
+    for row, a_row, b_row in zip([xs, xs[::-1]], lo, hi):
+        for x, a, b in zip(row, a_row, b_row):
+            want_lo, want_hi = B.lower(x), B.upper(x)
+            assert a == -np.inf or Fraction(a) <= want_lo, x
+            assert b == np.inf or want_hi <= Fraction(b), x
+            big = abs(want_lo) >= 2 ** 1023 or abs(want_hi) >= 2 ** 1023
+            assert big or want_lo < Fraction(np.nextafter(np.nextafter(a, np.inf), np.inf)), x     # one step out
+            assert big or Fraction(np.nextafter(np.nextafter(b, -np.inf), -np.inf)) < want_hi, x
+    assert lo[0, -2] == -np.inf and hi[0, -1] == np.inf and np.isfinite(lo[0, :-2]).all()
+    for bad in (B.num(1) / B.interval(Fraction(-1), Fraction(1)),):
+        with pytest.raises(Rejected):
+            B.float_ends(B.matrix([[B.num(1), bad]]))
+
+
 # --- column bounds ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)

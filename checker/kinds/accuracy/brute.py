@@ -20,7 +20,7 @@ import numpy as np
 from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput
 from tcert.checker.kinds.accuracy.rows import decide, exact_correct, fixed_part, query_view, value_tables
-from tcert.checker.kinds.accuracy.tables import integer_tables
+from tcert.checker.kinds.accuracy.tables import float_tables
 
 MAX_BRUTE_INPUTS = 1 << 26
 
@@ -32,7 +32,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     if v ** n > MAX_BRUTE_INPUTS:
         raise BadInput(f"evidence: brute force over {v}^{n} inputs exceeds the limit {MAX_BRUTE_INPUTS}")
     with ob.step("accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model, eqke_bounds=False)
+        tables = float_tables(B, model)
     with ob.step("accuracy brute: every input") as fig:
         total, tally = correct_weight(tables, dist)
         fig["inputs decided"] = v ** n

@@ -20,7 +20,7 @@ from tcert.checker.envelope import fields
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.kinds.accuracy.cases import case_inputs, case_name, parse_cases
 from tcert.checker.kinds.accuracy.screen import cubic_sets
-from tcert.checker.kinds.accuracy.tables import (SHIFT, centred_upper, integer_tables, mul_upper, position_sums,
+from tcert.checker.kinds.accuracy.tables import (SHIFT, centred_upper, float_tables, mul_upper, position_sums,
                                                   product_bounds)
 from tcert.checker.numbers import show
 
@@ -30,7 +30,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     fields(evidence, "evidence", {"strategy", "cases"})
     cases = parse_cases(evidence, model.config.n_ctx, model.config.d_vocab, "hexmask", parse_mask)
     with ob.step("accuracy cubic: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model, eqke_bounds=False)
+        tables = float_tables(B, model)
     return confirmed_count(tables, cases, dist, ob), "cubic proof"
 
 

@@ -41,7 +41,7 @@ from tcert.checker.kinds.accuracy.cases import case_name
 from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
                                                 stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import cubic_sets, screen_tables, upper, weights
-from tcert.checker.kinds.accuracy.tables import SHIFT, integer_tables, mul_upper, position_sums
+from tcert.checker.kinds.accuracy.tables import SHIFT, float_tables, mul_upper, position_sums
 from tcert.checker.numbers import parse_int, show
 
 MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
@@ -49,6 +49,7 @@ MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
 QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
+QUERY_BANDS = 2               # stacks of queries at least, by their groups' largest max token (`pattern_weight`)
 MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
@@ -59,7 +60,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = integer_tables(B, model, eqke_bounds=False)
+        tables = float_tables(B, model)
     values = {}                  # cubic's per-max-token value bounds, for the mixed entries' exact evaluation
     cases, weight = cubic_weight(tables, dist, ob)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
@@ -111,21 +112,35 @@ def parse_mixed(entries, n: int, v: int) -> dict:
     and there are exactly b of them; S disjoint from the case's cubic set K is an obligation, `mixed_weight`)."""
     if not isinstance(entries, list) or len(entries) > v * v * n * v:
         raise BadInput(f"evidence.mixed: must be a list of at most {v * v * n * v} entries")
-    out = {}
+    out, masks = {}, {}                                   # masks: each (hexmask, m) read once
     for j, entry in enumerate(entries):
-        where = f"evidence.mixed[{j}]"
-        if not isinstance(entry, list) or len(entry) != 5:
-            raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
-        m = parse_int(entry[0], where + ".m", 1, v - 1)
-        q = parse_int(entry[1], where + ".q", 0, m)
-        c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
-        S = cubic.parse_mask(entry[3], where, v, m, 1)          # a non-empty subset of [0, m)
-        b = parse_int(entry[4], where + ".b", 1, c)
+        where = lambda: f"evidence.mixed[{j}]"
+        if not (type(entry) is list and len(entry) == 5 and type(entry[0]) is type(entry[1]) is type(entry[2])
+                is type(entry[4]) is int and 0 <= entry[1] <= entry[0] < v and entry[0] and 1 <= entry[4] <= entry[2]
+                <= (n - 1 if entry[1] == entry[0] else n - 2)):     # else the field at fault, named:
+            mixed_fields(entry, where(), n, v)
+        m, q, c, b = entry[0], entry[1], entry[2], entry[4]
+        S = masks.get((entry[3], m)) if type(entry[3]) is str else None
+        if S is None:                                     # a non-empty subset of [0, m) (a non-string: refused)
+            S = masks[entry[3], m] = cubic.parse_mask(entry[3], where(), v, m, 1)
         for S2, b2 in out.get((m, q, c), []):
             if b2 == b and set(S) & set(S2):
-                raise BadInput(f"{where}: overlaps another mixed entry of {case_name(m, q, c)}")
+                raise BadInput(f"{where()}: overlaps another mixed entry of {case_name(m, q, c)}")
         out.setdefault((m, q, c), []).append((S, b))
     return out
+
+
+def mixed_fields(entry, where: str, n: int, v: int):
+    """Raise BadInput naming the first field of a mixed entry that is malformed or out of range (m in [1, v-1],
+    q in [0, m], c in [1, n-1] when q = m else [1, n-2], the mask, b in [1, c]); `parse_mixed` calls it on an
+    entry its one-line test of the same conditions refuses."""
+    if not isinstance(entry, list) or len(entry) != 5:
+        raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
+    m = parse_int(entry[0], where + ".m", 1, v - 1)
+    q = parse_int(entry[1], where + ".q", 0, m)
+    c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
+    cubic.parse_mask(entry[3], where, v, m, 1)
+    parse_int(entry[4], where + ".b", 1, c)
 
 
 def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
@@ -226,7 +241,8 @@ def require_mixed(tables, values, case, K, S, b):
 def mixed_screened(tables, sets, mixed) -> tuple:
     """(flat, proved, meets, sizes): the entries flat = [((m, q, c), S, b), ...], per entry whether the int64
     screen (screen.py) proves its `mixed_bound` negative (every entry at once: `key_bounds` and `key_bound` on
-    the screen's tables; the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
+    the screen's tables, the latter from `screen.cubic_sets`' "cubic keys" when `sets` are the derived sets;
+    the rest get the exact evaluation), whether S meets the case's cubic set K (the sets
     as `CubicSets`) and |K| (ints)."""
     Sc, n, v = screen_tables(tables), tables["n"], tables["v"]
     flat = [((m, q, c), S, b) for (m, q, c), entries in sorted(mixed.items()) for S, b in entries]
@@ -250,7 +266,11 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
     Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
     beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    beta_K = key_bounds_int64(Sc, sets, M, Q, C)
+    K = sets.K[M, Q, C]
+    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
+        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
+    else:
+        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
     P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
     pure, corners = [], []
     for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
@@ -261,7 +281,6 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
     inS = np.zeros((len(flat), v), dtype=bool)
     inS[R, T] = True
-    K = sets.K[M, Q, C]
     return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
 
 
@@ -350,9 +369,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
         for (m, q, P), (rule, unclaimed) in sorted(patterns.items()):
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
-        queries, step = sorted(by_query), max(1, QUERY_ELEMENTS // (n * v * v))
+        top = {q: max(g[0][0] for g in groups) for q, groups in by_query.items()}      # no token above it is read
+        queries = sorted(by_query, key=top.get)
+        step = max(1, min(QUERY_ELEMENTS // (n * v * v), -(-len(queries) // QUERY_BANDS)))
         for s in range(0, len(queries), step):
-            stack = stacked_view(tables, values, queries[s:s + step])
+            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1)
             views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
                      for k, q in enumerate(queries[s:s + step])}
             pending, batches = {q: [] for q in views}, {}

@@ -6,12 +6,13 @@ numerator, the same multiple for every key) and V_i[t,x] = EU[q,x] + EVOU[t,x] +
 
     sum_i w_i[t_i] (V_i[t_i,x] - V_i[t_i,m]) < 0.
 
-Int64 form, rounded outward and exactly (no float anywhere): every V entry in one fixed-point scale 2^-sV with
-|V| < 2^VB, every w as a mantissa <= 2^WB with an exponent E[i,t] of its own per (i, t), so that
-H_i[t,x] = w_i[t] V_i[t,x] lies in [Hl, Hh], int64 products below 2^(WB+VB), and a difference H[x] - H[m]
-below 2^(WB+VB+1). A sum of up to n such terms, each aligned to the largest exponent among its rows (exact
-floor / ceil shifts), stays below 2^62; `query_rows` asserts the magnitudes this rests on (a violation is a
-checker bug: exit 3). What int64 cannot decide falls back to `exact_correct` on the integer tables.
+Int64 form, rounded outward and exactly from the tables' float64 ends (`tables.float_tables`; no rounded float
+operation: `scaled_ends`): every V entry in one fixed-point scale 2^k with |V| < 2^VB, every w as a mantissa
+<= 2^WB with an exponent E[i,t] of its own per (i, t), so that H_i[t,x] = w_i[t] V_i[t,x] lies in [Hl, Hh],
+int64 products below 2^(WB+VB), and a difference H[x] - H[m] below 2^(WB+VB+1). A sum of up to n such terms,
+each aligned to the largest exponent among its rows (exact floor / ceil shifts), stays below 2^62;
+`query_rows` asserts the magnitudes this rests on (a violation is a checker bug: exit 3). What int64 cannot
+decide falls back to `exact_correct` on the integer tables (built then: `tables.Tables`).
 """
 
 from typing import NamedTuple
@@ -19,7 +20,6 @@ from typing import NamedTuple
 import numpy as np
 
 WB = 30                     # bits of a numerator mantissa
-BIT_LENGTH = np.frompyfunc(int.bit_length, 1, 1)     # elementwise on object arrays of Python ints
 CHUNK = 4096                # inputs per vectorised full test (bounds memory: CHUNK * d_vocab per array)
 
 
@@ -39,19 +39,35 @@ def value_bits(n: int) -> int:
 
 
 def value_tables(tables, top: int | None = None) -> dict:
-    """EU, EVOU, PVOU bounds as int64 at one scale 2^-sV (floor of lo, ceil of hi), each at most 2^top in
-    magnitude (default VB-2, so that a sum of the three stays below 2^VB)."""
+    """EU, EVOU, PVOU bounds as int64 at one scale 2^k ("k"; floor of lo, ceil of hi, from the float64 ends of
+    `tables.float_tables`), each at most 2^top in magnitude (default VB-2, so that a sum of the three stays
+    below 2^VB): k = top - X with every |end| < 2^X."""
     names = ("EU", "EVOU", "PVOU")
-    bits = max(int(max(-a.min(), a.max())).bit_length() for a in (tables[f"{k}_{e}"] for k in names for e in ("lo", "hi")))
-    s = bits - (value_bits(tables["n"]) - 2 if top is None else top)
-    return {k: (shifted(tables[k + "_lo"], s, False), shifted(tables[k + "_hi"], s, True)) for k in names}
+    ends = tables["ends"]
+    X = int(np.frexp(max(float(np.abs(a).max(initial=0.0)) for k in names for a in ends[k]))[1])
+    k = (value_bits(tables["n"]) - 2 if top is None else top) - X
+    return dict({name: scaled_ends(*ends[name], k) for name in names}, k=k)
 
 
-def shifted(a, s: int, up: bool) -> np.ndarray:
-    """floor (ceil when `up`) of a * 2^-s for an object array of ints, as int64 (exact; s < 0 shifts left)."""
-    if s <= 0:
-        return (a * (1 << -s)).astype(np.int64)
-    return (-((-a) >> s) if up else a >> s).astype(np.int64)
+def scaled_ends(lo, hi, k) -> tuple:
+    """(floor(lo 2^k), ceil(hi 2^k)) as int64 for float64 arrays lo, hi and an int k (or int array broadcasting
+    with them), exactly, for results below 2^63 in magnitude: ldexp by a power of two is exact where the result
+    is a normal float or 0 from 0; a nonzero x with |x 2^k| < 2^-1000 (perhaps rounded as a subnormal) has
+    floor -1 or 0 and ceiling 0 or 1 by its sign."""
+    out = []
+    for x, up in ((lo, False), (hi, True)):
+        y = np.ldexp(x, np.asarray(k, dtype=np.int32))
+        tiny = (x != 0) & (np.abs(y) < 2.0 ** -1000)
+        out.append(np.where(tiny, (x > 0) if up else -(x < 0).astype(np.int64),
+                            np.ceil(y) if up else np.floor(y)).astype(np.int64))
+    return tuple(out)
+
+
+def mantissas(lo, hi, bits: int) -> tuple:
+    """(ml, mh, X): per entry of float64 ends 0 <= lo <= hi with hi > 0, int64 mantissas 0 <= ml <= mh <= 2^bits
+    with ml 2^(X - bits) <= lo and hi <= mh 2^(X - bits) (X: hi < 2^X, from frexp, exact)."""
+    X = np.frexp(hi)[1].astype(np.int64)
+    return scaled_ends(lo, hi, bits - X) + (X,)
 
 
 def query_rows(tables, values, q: int) -> Rows:
@@ -59,18 +75,22 @@ def query_rows(tables, values, q: int) -> Rows:
     return Rows(*(a[0] for a in stacked_rows(tables, values, [q])))
 
 
-def stacked_rows(tables, values, qs) -> Rows:
-    """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query)."""
-    n = tables["n"]
+def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
+    """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query), for the
+    key tokens t < `tokens` only (default all: rows of other tokens are never read by a caller that passes it).
+    w = e pw from WB-bit mantissas of each (`mantissas`; exact int64 products below 2^(2 WB)), cut to WB bits
+    at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length)."""
+    n, t = tables["n"], slice(0, tokens)
     qs = list(qs)
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
-    Vl = EUl[qs][:, None, None, :] + EVl[None, None, :, :] + PVl[None, :, None, :]
-    Vh = EUh[qs][:, None, None, :] + EVh[None, None, :, :] + PVh[None, :, None, :]
-    w_lo = tables["pw_lo"][qs][:, :n, None] * tables["e_lo"][qs][:, None, :]
-    w_hi = tables["pw_hi"][qs][:, :n, None] * tables["e_hi"][qs][:, None, :]
-    E = np.maximum(BIT_LENGTH(w_hi).astype(np.int64) - WB, 0)
-    wl = shifted_each(w_lo, E, False)[..., None]
-    wh = shifted_each(w_hi, E, True)[..., None]
+    Vl = EUl[qs][:, None, None, :] + EVl[None, None, t, :] + PVl[None, :, None, :]
+    Vh = EUh[qs][:, None, None, :] + EVh[None, None, t, :] + PVh[None, :, None, :]
+    el, eh, Xe = mantissas(*(a[qs][:, t] for a in tables["ends"]["e"]), WB)
+    pl, ph, Xp = mantissas(*(a[qs][:, :n] for a in tables["ends"]["pw"]), WB)
+    w_lo, w_hi = pl[:, :, None] * el[:, None, :], ph[:, :, None] * eh[:, None, :]       # below 2^(2 WB + 1)
+    cut = np.maximum(np.frexp(w_hi.astype(np.float64))[1] - WB, 0)
+    E = cut + Xp[:, :, None] + Xe[:, None, :]             # w = (w_hi >> cut) 2^(E - 2 WB), rounded outward
+    wl, wh = (w_lo >> cut)[..., None], (-((-w_hi) >> cut))[..., None]
     size = sum(max(max(int(-a.min()), int(a.max())) for a in values[k]) for k in ("EU", "EVOU", "PVOU"))
     # |Vl|, |Vh| <= size: each is a sum of one entry of each of the three tables
     if size >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
@@ -81,17 +101,13 @@ def stacked_rows(tables, values, qs) -> Rows:
     return Rows(Hl, Hh, E, top_two(Hh) - Hl)
 
 
-def shifted_each(a, E, up: bool) -> np.ndarray:
-    """floor (ceil) of a[i, t] * 2^-E[i, t], exact, as int64 (a: object ints; elementwise Python >>)."""
-    s = E.astype(object)
-    return (-((-a) >> s) if up else a >> s).astype(np.int64)
-
-
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (the top two of each row: the largest, except at an entry equal to
-    it, where the second largest, itself the largest when the maximum is attained twice)."""
-    top = np.partition(M, -2, axis=-1)[..., -2:]
-    return np.where(M == top[..., 1:], top[..., :1], top[..., 1:])
+    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at its only
+    entry equal to it, where the largest of the others (a maximum attained twice is its own second)."""
+    top = M.max(axis=-1, keepdims=True)
+    eq = M == top
+    second = np.where(eq, np.iinfo(np.int64).min, M).max(axis=-1, keepdims=True)
+    return np.where(eq & (eq.sum(axis=-1, keepdims=True) == 1), second, top)
 
 
 def align(x, s, up: bool):
@@ -138,13 +154,14 @@ def query_view(tables, values, q: int) -> tuple:
     return Rows(*(a[0] for a in rows)), Eq[0], Dal[0]
 
 
-def stacked_view(tables, values, qs) -> tuple:
-    """`query_view` of the queries qs at once, stacked along a leading axis (one per query)."""
-    rows = stacked_rows(tables, values, qs)
+def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
+    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` as in
+    `stacked_rows` (every query in qs below it: Eq[m] is then for m < tokens)."""
+    rows = stacked_rows(tables, values, qs, tokens)
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align(rows.D, Eq[:, None, None, :] - rows.E[..., None], True)
+    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[..., None], True)
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:

@@ -1,11 +1,13 @@
 """The cubic and mixed rules' tables in int64 at reduced precision, rounded outward: a fast screen.
 
 `cubic_sets` (cubic's rule for every case and token: cubic's screen, refine's cubic sets) and
-`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact
-evaluation on the integer tables (so the screen only saves time, never changes what can be proved by more
-than its rounding).
+`refine.mixed_screened` evaluate their rule's bound on these tables for every case / entry at once; whatever
+the screen proves (bound < 0) holds, and whatever it cannot prove gets the exact evaluation on the integer
+tables (built only then: `tables.Tables`), so the screen only saves time, never changes what can be proved
+by more than its rounding.
 
-Every table is rounded outward from the exact integers (floor of lo, ceil of hi): values at one scale, at
+Every table is rounded outward from the float64 ends (`tables.float_tables`; floor of lo, ceil of hi,
+exactly: `rows.scaled_ends`): values at one scale, at
 most 2^VALUE_BITS in magnitude (`rows.value_tables`); pw per query at most 2^W (its own scale; position
 sums from the rounded pw); e per (q, m) at most 2^W (`weights`: relative to the largest e[q, t], t <= m,
 the only keys an input with max m has). Positive scales (one for pw per query, one for e per (q, m))
@@ -19,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.accuracy.rows import BIT_LENGTH, align, shifted_each, value_tables
+from tcert.checker.kinds.accuracy.rows import align, mantissas, scaled_ends, value_tables
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
@@ -29,9 +31,9 @@ MAX_SETS = 1 << 28      # `cubic_sets`: d_vocab^3 n_ctx at most (K's booleans; d
 
 class Screen(NamedTuple):
     """W; value tables V (rows.value_tables); cubic's value bounds Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
-    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t] and L[q, t] the
-    bit length of e_hi; pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw,
-    large[q, r] >= the sum of the r largest (r = 0..n-1: r = n-1 the total)."""
+    (`value_bounds` for every m); e as 30-bit mantissas em (lo, hi) at exponents Ee[q, t]; s (`weights`);
+    pw (lo, hi) per query; small[q, r] <= the sum of the r smallest non-query pw, large[q, r] >= the sum of
+    the r largest (r = 0..n-1: r = n-1 the total)."""
 
     W: int
     V: dict
@@ -48,37 +50,31 @@ class Screen(NamedTuple):
 
 
 def screen_tables(tables) -> Screen:
-    """The int64 tables (computed once per `tables`, kept in it under "screen")."""
+    """The int64 tables (computed once per `tables`, kept in it under "screen"), from the float64 ends of
+    `tables.float_tables`: e as 30-bit mantissas at exponents Ee = L - 30 (e_hi < 2^L: `rows.mantissas`), pw
+    per query at most 2^W (`rows.scaled_ends` at 2^(W - X_q), every pw_hi[q, i] < 2^X_q)."""
     if "screen" in tables:
         return tables["screen"]
     n = tables["n"]
     W = (41 - (15 * n - 15).bit_length()) // 2
     V = value_tables(tables, VALUE_BITS)
-    L = BIT_LENGTH(tables["e_hi"]).astype(np.int64)
-    Ee = np.maximum(L - 30, 0)
-    em = [shifted_each(tables[name], Ee, up) for name, up in (("e_lo", False), ("e_hi", True))]
-    sp = [max(max(int(x) for x in row).bit_length() - W, 0) for row in tables["pw_hi"]]
-    pw = [np.array([[shifted_int(int(x), s, up) for x in row] for row, s in zip(tables[name], sp)], dtype=np.int64)
-          for name, up in (("pw_lo", False), ("pw_hi", True))]
+    *em, L = mantissas(*tables["ends"]["e"], 30)
+    pw_lo, pw_hi = tables["ends"]["pw"]
+    pw = list(scaled_ends(pw_lo, pw_hi, W - np.frexp(pw_hi.max(axis=1))[1][:, None]))
     small = np.cumsum(np.sort(pw[0][:, : n - 1], axis=1), axis=1)
     large = np.cumsum(-np.sort(-pw[1][:, : n - 1], axis=1), axis=1)
     small, large = (np.concatenate([np.zeros((len(a), 1), np.int64), a], axis=1) for a in (small, large))
     if FIVE_TERMS * (1 << W) * max(int(large.max()), int(pw[1].max())) * (3 << (VALUE_BITS + 1)) >= 1 << 63:
         raise RuntimeError("accuracy screen: int64 bound exceeded (checker bug)")     # the module docstring
-    s = np.maximum(np.maximum.accumulate(L, axis=1) - W, 0)
-    tables["screen"] = Screen(W, V, *value_bounds(V, n), em, Ee, s, pw, small, large)
+    s = np.maximum.accumulate(L, axis=1) - W
+    tables["screen"] = Screen(W, V, *value_bounds(V, n), em, L - 30, s, pw, small, large)
     return tables["screen"]
-
-
-def shifted_int(x: int, s: int, up: bool) -> int:
-    """floor (ceil when `up`) of x * 2^-s for s >= 0, exactly."""
-    return -((-x) >> s) if up else x >> s
 
 
 def weights(S: Screen, Q, M, T, up: bool):
     """e[Q, T] rounded down (up) at 2^-s[Q, M], s[q, m] the exponent that puts max_{t <= m} e_hi[q, t] at
     most 2^W (elementwise over arrays Q, M, T with T <= M; from the mantissas: floor / ceil twice is still
-    outward; s - Ee >= 0 since Ee = max(L - 30, 0), L the bit length of e_hi, and W <= 30)."""
+    outward; s - Ee >= 30 - W >= 0 since Ee = L - 30, e_hi[q, t] < 2^L[q, t], and W <= 30)."""
     return align(S.em[up][Q, T], S.s[Q, M] - S.Ee[Q, T], up)
 
 
@@ -101,16 +97,18 @@ def centred(V, m: int) -> tuple:
 
 
 def upper(lo, hi, x):
-    """Upper bound of w * x over w in [lo, hi] (elementwise, int64)."""
-    return np.where(x >= 0, hi * x, lo * x)
+    """Upper bound of w * x over w in [lo, hi] (elementwise, int64): hi x where x >= 0, else lo x."""
+    return x * np.where(x >= 0, hi, lo)
 
 
 def cubic_sets(tables) -> tuple:
     """`cubic.numerator_bound` on these tables for every case and token at once: (K, all_max), K[m, q, c, k]
     (c >= 1) whether the bound is negative for non-max token k of case (m, q, c), all_max[m, q] whether it is
     for the all-max input (c = 0); False wherever no such case or token exists (q > m, c > n-2 with q < m,
-    k >= m; K[..., 0, :]). Cached in `tables`; by blocks of max tokens (at most SETS_CHUNK (m, q, k) each),
-    and refused (BadInput) when K would exceed MAX_SETS entries.
+    k >= m; K[..., 0, :]). Cached in `tables`, with "cubic keys" KB[m, q, c] = max over k in K[m, q, c] of
+    upper(e_k, EUp[m, q] + R[m, k]) at 2^-s[q, m] (refine's beta_K; int64 min where K[m, q, c] is empty); by
+    blocks of max tokens (at most SETS_CHUNK (m, q, k) each), and refused (BadInput) when K would exceed
+    MAX_SETS entries.
 
     Per (m, q) and end u the bound is A(u) + upper(w, key) with w in [lo, hi] e_k-scaled: lo = e_k (P_lo - u)
     or eh_k (P_lo - u) as P_lo - u >= 0 or not, hi alike; upper(w, key) = x (x >= 0 ? a : b) with x = hi,
@@ -127,22 +125,29 @@ def cubic_sets(tables) -> tuple:
     eM, eMh, eQ, eQh = (weights(S, q, m, t, up) for t in (m, q) for up in (False, True))
     query = upper(eQ * S.pw[0][q, n - 1], eQh * S.pw[1][q, n - 1], S.Tq[m, q])
     K, step = np.zeros((v, v, n, v), dtype=bool), max(1, SETS_CHUNK // (v * v))
+    KB = np.full((v, v, n), np.iinfo(np.int64).min)
     for m0 in range(0, v, step):
         M, Q, T = np.nonzero(np.tri(v, dtype=bool)[m0:m0 + step, :, None] & np.tri(v, k=-1, dtype=bool)[m0:m0 + step, None])
         M += m0                                                 # (m, q, k) with q <= m, k < m
+        if not len(M):                                          # max token 0: no k < m
+            continue
         eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
         key = S.EUp[M, Q] + S.R[M, T]
         neg = key < 0
-        a, b = np.where(neg, eK * key, eKh * key), np.where(neg, eKh * key, eK * key)
+        a, b = key * np.where(neg, eK, eKh), key * np.where(neg, eKh, eK)
         side, at = 2 * Q + neg, pair[M, Q]                      # x: hi of query Q for key >= 0, else lo
+        diag = np.flatnonzero(Q == M)                           # c = n-1 only for q = m (every m >= 1 has some)
         for c in range(1, n):
-            holds = c <= np.where(Q == M, n - 1, n - 2)
+            j = slice(None) if c <= n - 2 else diag
+            holds = np.ones(len(at[j]), dtype=bool)
             for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
-                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side]     # P - u
+                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side[j]]     # P - u
                 A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
-                holds &= A[at] + np.where(x >= 0, a, b) * x < 0
-            K[M, Q, c, T] = holds
+                holds &= A[at[j]] + np.where(x >= 0, a[j], b[j]) * x < 0
+            K[M[j], Q[j], c, T[j]] = holds
+            runs = np.flatnonzero(np.r_[True, np.diff(at[j]) != 0])     # each (m, q)'s tokens k < m, consecutive
+            KB[M[j][runs], Q[j][runs], c] = np.maximum.reduceat(np.where(holds, a[j], KB[0, 0, 0]), runs)
     all_max = np.zeros((v, v), dtype=bool)
     all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
-    tables["cubic sets"] = K, all_max
+    tables["cubic sets"], tables["cubic keys"] = (K, all_max), KB
     return K, all_max

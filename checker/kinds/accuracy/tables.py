@@ -27,6 +27,7 @@ from tcert.checker.numbers import show
 
 SHIFT = 64          # fixed-point bits of the integer bounds
 MAX_BITS = 4096     # refuse bounds whose integers would be absurdly large (hostile weights or hints)
+TINY = 2.0 ** -1074  # the least positive float64: > e^d for every d <= -MAX_BITS
 
 
 def require_maxofk(model):
@@ -79,22 +80,66 @@ def interval_tables(B, model, eqke: bool = True) -> dict:
 def integer_tables(B, model, eqke: bool = True, eqke_bounds: bool = True) -> dict:
     """Integer bounds of EU, EVOU, PVOU (and of EQKE itself when `eqke_bounds`) and of the attention
     numerators (e from EQKE only when `eqke`), from one rigorous pass ("intervals" keeps the interval
-    matrices, for the subcubic score splits).
+    matrices, for the subcubic score splits), and the float64 ends of `float_tables` (the int64 work reads them).
 
     e[q, t] = exp(EQKE[q, t] - sE[q]),  pw[q, i] = exp(EQKP[q, i] - sP[q]): numerators scaled per query
     by a positive constant, which changes neither a softmax nor the sign of sum_i w_i (...). Value tables
     use 2^SHIFT, e and pw their own 2^e_shift, 2^pw_shift: every comparison the strategies make is between
     sums of products with the same total scale, so only signs matter.
     """
+    out = float_tables(B, model, eqke)
+    out.exact(eqke_bounds)
+    return out
+
+
+EXACT_KEYS = frozenset(("e_lo", "e_hi", "e_shift", "pw_lo", "pw_hi", "pw_shift", "EQKE_lo", "EQKE_hi")
+                       + tuple(f"{k}_{e}" for k in ("EU", "EVOU", "PVOU") for e in ("lo", "hi")))
+
+
+class Tables(dict):
+    """The tables of one model: "n", "v", the interval matrices ("intervals"), their float64 ends ("ends",
+    `float_tables`: what the int64 work reads) and, on the first read of one of EXACT_KEYS, the exact integer
+    bounds (`exact`): only the strategies' exact fallbacks read them."""
+
+    def __missing__(self, key):
+        if key not in EXACT_KEYS or "exact" in self:
+            raise KeyError(key)
+        self.exact(False)
+        return self[key]
+
+    def exact(self, eqke_bounds: bool):
+        """Add the exact integer bounds (`integer_tables`' docstring) from the interval matrices."""
+        B, intervals = self.backend, self["intervals"]
+        self["exact"] = True
+        parts = self["numerators"]
+        if intervals["EQKE"] is not None:
+            self["e_lo"], self["e_hi"], self["e_shift"] = numerator_bounds(B, intervals["EQKE"], parts["EQKE"])
+            if eqke_bounds:
+                self["EQKE_lo"], self["EQKE_hi"] = integer_bounds(B, intervals["EQKE"], "EQKE")
+        self["pw_lo"], self["pw_hi"], self["pw_shift"] = numerator_bounds(B, intervals["EQKP"], parts["EQKP"])
+        for name in ("EU", "EVOU", "PVOU"):
+            self[name + "_lo"], self[name + "_hi"] = integer_bounds(B, intervals[name], name)
+
+
+def float_tables(B, model, eqke: bool = True) -> Tables:
+    """The tables as float64 ends: "ends" {EU, EVOU, PVOU, e (only when `eqke`), pw: (lo, hi)} with lo <= each
+    entry <= hi (`Backend.float_ends`; e and pw the numerators of `integer_tables`, lower ends clipped at 0);
+    Rejected when an end is beyond the float64 range (hostile weights; as `integer_bounds` beyond 2^(MAX_BITS -
+    SHIFT)). The exact integer bounds come on demand."""
     intervals = interval_tables(B, model, eqke)
-    out = {"n": model.config.n_ctx, "v": model.config.d_vocab, "intervals": intervals}
-    if eqke:
-        out["e_lo"], out["e_hi"], out["e_shift"] = numerator_bounds(B, intervals["EQKE"])
-    if eqke and eqke_bounds:
-        out["EQKE_lo"], out["EQKE_hi"] = integer_bounds(B, intervals["EQKE"], "EQKE")
-    out["pw_lo"], out["pw_hi"], out["pw_shift"] = numerator_bounds(B, intervals["EQKP"])
-    for name in ("EU", "EVOU", "PVOU"):
-        out[name + "_lo"], out[name + "_hi"] = integer_bounds(B, intervals[name], name)
+    out = Tables(n=model.config.n_ctx, v=model.config.d_vocab, intervals=intervals)
+    out.backend = B
+    ends, out["numerators"] = {name: B.float_ends(intervals[name]) for name in ("EU", "EVOU", "PVOU")}, {}
+    for name, key in (("EQKE", "e"), ("EQKP", "pw")) if eqke else (("EQKP", "pw"),):
+        E, below, _ = out["numerators"][name] = numerators(B, intervals[name])
+        lo, hi = B.float_ends(E)
+        deep = np.array(below if below is not None else False, dtype=bool)
+        ends[key] = (np.where(deep, 0.0, np.maximum(lo, 0.0)), np.where(deep, TINY, hi))
+    for name, (lo, hi) in ends.items():
+        if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+            out.exact(False)            # Rejected with the failing numbers beyond 2^(MAX_BITS - SHIFT)
+            raise Rejected("", f"accuracy: a bound of {name} is beyond the float64 range (hostile weights)")
+    out["ends"] = ends
     return out
 
 
@@ -118,32 +163,36 @@ def integer_bounds(B, mat, name: str, shift: int = SHIFT) -> tuple:
     return lo, hi
 
 
-def numerator_bounds(B, mat) -> tuple:
+def numerator_bounds(B, mat, parts=None) -> tuple:
     """Integer bounds of exp(entry - c_row) (all in (0, 1]; c_row an exact rational >= every entry's upper
-    end in its row) and the scale exponent used.
+    end in its row: `numerators`, or `parts` when given, as it returns) and the scale exponent used.
 
     The fixed-point exponent grows with the dynamic range (by up to MAX_BITS bits) so that even the
     smallest numerator keeps ~SHIFT significant bits (any exponent is sound; this one is chosen from the
     deepest d = entry - c_row, so the ends are read once); lower ends are clipped at 0 (exp > 0).
     """
-    lows, highs = mat.T.col_bounds()            # per row: <= every entry's lower end, >= every upper end
-    depth = max(c - a for a, c in zip(lows, highs))             # every d >= -depth
-    D = B.matrix([[x - c for x in row] for row, c in zip(mat.rows(), map(B.num, highs))])
-    below = deep_entries(B, D) if depth >= MAX_BITS else None
-    if below is None:
-        E = D.map(B.exp)
-        tiny = B.upper(B.exp(B.num(-depth)))    # <= every numerator's upper end (exp(-depth) <= e^d)
-        extra = max(0, tiny.denominator.bit_length() - tiny.numerator.bit_length())
-    else:
-        E = B.matrix([[B.num(0) if b else B.exp(x) for x, b in zip(row, flags)]
-                      for row, flags in zip(D.rows(), below)])
-        extra = MAX_BITS
+    E, below, extra = parts or numerators(B, mat)
     shift = SHIFT + min(extra, MAX_BITS - 2 * SHIFT)
     lo, hi = B.fixed_ends(E, shift)
     if below is not None:       # e^d < 2^-MAX_BITS where d <= -MAX_BITS: ends 0 and 1 at every shift used
         hi = [[1 if b else h for h, b in zip(row, flags)] for row, flags in zip(hi, below)]
     return (np.array([[max(a, 0) for a in row] for row in lo], dtype=object), np.array(hi, dtype=object),
             shift)
+
+
+def numerators(B, mat) -> tuple:
+    """(E, below, extra): the interval matrix of exp(entry - c_row) (c_row an exact rational >= every entry's
+    upper end in its row), per entry whether it lies at or below -MAX_BITS (`deep_entries`: E holds 0 there;
+    None when no entry can), and the bits below 2^0 the smallest numerator may need (MAX_BITS when deep)."""
+    lows, highs = mat.T.col_bounds()            # per row: <= every entry's lower end, >= every upper end
+    depth = max(c - a for a, c in zip(lows, highs))             # every d >= -depth
+    D = B.matrix([[x - c for x in row] for row, c in zip(mat.rows(), map(B.num, highs))])
+    below = deep_entries(B, D) if depth >= MAX_BITS else None
+    if below is None:
+        tiny = B.upper(B.exp(B.num(-depth)))    # <= every numerator's upper end (exp(-depth) <= e^d)
+        return D.map(B.exp), None, max(0, tiny.denominator.bit_length() - tiny.numerator.bit_length())
+    return B.matrix([[B.num(0) if b else B.exp(x) for x, b in zip(row, flags)]
+                     for row, flags in zip(D.rows(), below)]), below, MAX_BITS
 
 
 def deep_entries(B, D) -> list:
