@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.forward import Weights, act_lipschitz, activation, kv_head, layer_norm
+from tcert.checker.modelfile import kv_names
 from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, gram_norm, min_centred_norms,
                                                  operator_norm, product_norm, row_dists, scaled_rows, vector_norm)
 
@@ -195,7 +196,7 @@ def stacked_radius(B, model, layer, ln: LNMap, power) -> Fraction:
     cfg, t, p = model.config, model.tensors, f"blocks.{layer}.attn."
     gram = None
     for h in range(cfg.n_heads):
-        N = fold(B, ln, t[p + "W_V"][kv_head(cfg, h)]) @ B.array(t[p + "W_O"][h])
+        N = fold(B, ln, t[p + kv_names(cfg)["W_V"]][kv_head(cfg, h)]) @ B.array(t[p + "W_O"][h])
         gram = N.T @ N if gram is None else gram + N.T @ N
     return B.upper(B.sqrt(B.num(cfg.n_heads))) * ln.radius * gram_norm(B, gram, power)
 
