@@ -2,9 +2,12 @@
 change `strong_influence` finds on a causal model, per input length, with its witness and wall time.
 
     python benchmarks/influence_worst_found.py --model text3.safetensors --n 64,256,1024 --depth 8 --rounds 2
+    python benchmarks/influence_worst_found.py --model text3.safetensors --n 64 --search seeded --queries 128 --pairs 32
 
 One JSON line per n: the movement ||y - y'||_2 and ||p - p'||_1, the witness (tokens with a, and with b, at i),
 the same movement recomputed by the uncached forward pass, and the seconds the search took (seed = n).
+--search seeded: `seeded_influence` from the `--pairs` worst n = 2 pairs of `pair_table` over the `--queries` most
+fragile last tokens (0: every token; the table is computed once, its seconds printed in a first JSON line).
 """
 
 import argparse
@@ -12,7 +15,8 @@ import json
 import time
 
 from tcert.checker.modelfile import load_model
-from tcert.generator.influence.search import pair_movement, strong_influence
+from tcert.generator.influence.search import (fragile_tokens, pair_movement, pair_table, seeded_influence,
+                                              strong_influence)
 
 
 def main(argv=None):
@@ -22,15 +26,31 @@ def main(argv=None):
     ap.add_argument("--n", default="64,256,1024", help="comma-separated input lengths")
     ap.add_argument("--depth", type=int, default=8, help="context positions before the changed one to ascend")
     ap.add_argument("--rounds", type=int, default=2, help="ascent + re-pairing rounds per start")
-    ap.add_argument("--offset", type=int, default=2, help="the changed position is n - offset")
+    ap.add_argument("--offset", type=int, default=2, help="the changed position is n - offset (strong search)")
+    ap.add_argument("--search", choices=("strong", "seeded"), default="strong")
+    ap.add_argument("--queries", type=int, default=128, help="seeded: last tokens of the n = 2 table (0: all)")
+    ap.add_argument("--pairs", type=int, default=32, help="seeded: n = 2 pairs carried to length n")
+    ap.add_argument("--keep", type=int, default=4, help="seeded: best filler inputs that get the ascent")
     args = ap.parse_args(argv)
     model = load_model(args.model)
+    if args.search == "seeded":
+        start, V = time.perf_counter(), model.config.d_vocab
+        table = pair_table(model, range(V) if args.queries <= 0 else fragile_tokens(model, args.queries))
+        pairs = [row[1:] for row in table[:args.pairs]]
+        dy, q, a, b = table[0]
+        print(json.dumps(dict(model=args.model, n=2, dy=dy, q=q, a=a, b=b, seconds=round(time.perf_counter() - start, 1),
+                              recomputed=pair_movement(model, [a, q], 0, a, b))), flush=True)
     for n in (int(v) for v in args.n.split(",")):
         start = time.perf_counter()
-        dy, dp, tokens, i, a, b = strong_influence(model, n, offset=args.offset, depth=args.depth,
-                                                   rounds=args.rounds, seed=n)
+        if args.search == "seeded":
+            dy, dp, tokens, i, a, b = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth,
+                                                       rounds=args.rounds, seed=n)
+        else:
+            dy, dp, tokens, i, a, b = strong_influence(model, n, offset=args.offset, depth=args.depth,
+                                                       rounds=args.rounds, seed=n)
         seconds = time.perf_counter() - start
-        print(json.dumps(dict(model=args.model, n=n, depth=args.depth, rounds=args.rounds, seed=n, dy=dy, dp=dp,
+        print(json.dumps(dict(model=args.model, search=args.search, n=n, depth=args.depth, rounds=args.rounds,
+                              seed=n, dy=dy, dp=dp,
                               i=i, a=a, b=b, seconds=round(seconds, 1),
                               recomputed=pair_movement(model, tokens, i, a, b),
                               tokens=[int(v) for v in tokens])), flush=True)

@@ -424,3 +424,66 @@ def strong_influence(model, n, starts=None, offset: int = 2, depth: int = 8, rou
         if dy > best[0]:
             best = (dy, dp, tokens.copy(), i, a, b)
     return best
+
+
+# ----------------------------------------------------------------------------- long inputs from n = 2 pairs
+# The exhaustive n = 2 search finds the worst pairs (q, a, b); `seeded_influence` carries them to length n:
+# a filler f before them (every token tried, the one that keeps the movement largest), then `context_ascent`.
+
+
+def pair_table(model, queries, chunk: int = 256) -> list:
+    """For each last token q in `queries`: the worst pair (a, b) of the length-2 inputs (a, q), (b, q) over
+    every two tokens (float64). Rows (||y_a - y_b||_2, q, a, b), largest first (`exhaustive_pairs` keeps only
+    the first row)."""
+    V = model.config.d_vocab
+    rows = []
+    for q in queries:
+        y, p = last_states(model, np.stack([np.arange(V), np.full(V, int(q))], axis=1), chunk)
+        dy, (a, b), _ = pair_distances(y, p, every_p=False)
+        rows.append((dy, int(q), int(a), int(b)))
+    return sorted(rows, key=lambda r: -r[0])
+
+
+def filler_scan(model, n: int, pairs, fillers=None, chunk: int = 256) -> np.ndarray:
+    """Movements ||y_a - y_b||_2 of the inputs f...f a q and f...f b q (length n, the change at n - 2), for every
+    filler f of `fillers` (None: every token) and every (q, a, b) of `pairs`: an array (fillers, pairs). The
+    all-f prefix is computed once per filler (`prefix_cache`), the pairs behind it together."""
+    V = model.config.d_vocab
+    fillers = np.arange(V) if fillers is None else np.asarray(fillers, dtype=np.intp)
+    if n < 3:
+        raise ValueError(f"filler_scan needs n >= 3 (a filler before the pair), not {n}")
+    rows = np.array([[t, q] for q, a, b in pairs for t in (a, b)], dtype=np.intp).reshape(-1, 2)
+    out = np.zeros((len(fillers), len(pairs)))
+    for k, f in enumerate(fillers):
+        y, _ = suffix_states(model, prefix_cache(model, np.full(n - 2, int(f))), rows, chunk)
+        out[k] = np.linalg.norm(y[0::2] - y[1::2], axis=1)
+    return out
+
+
+def seeded_influence(model, n: int, pairs, keep: int = 4, depth: int = 8, rounds: int = 2, fillers=None,
+                     seed: int = 0, chunk: int = 256):
+    """Long inputs grown from n = 2 pairs (causal models): for each (q, a, b) of `pairs` (e.g. the first rows of
+    `pair_table`, without the movement) the best filler by `filler_scan`; the `keep` best (pair, filler) inputs
+    f...f a q then get `rounds` of `context_ascent` over the last token and the `depth` positions before the
+    change (every token tried) and a new worst pair at n - 2 over every token. Returns (||y - y'||_2,
+    ||p - p'||_1, tokens, i, a, b) of the largest found (the two inputs: `tokens` with a, and with b, at i)."""
+    V = model.config.d_vocab
+    pairs = [tuple(int(v) for v in p) for p in pairs]
+    scan = filler_scan(model, n, pairs, fillers, chunk)
+    fill = np.arange(V) if fillers is None else np.asarray(fillers, dtype=np.intp)
+    best_f = scan.argmax(axis=0)
+    order = np.argsort(-scan.max(axis=0), kind="stable")[:keep]
+    i = n - 2
+    positions = [n - 1] + list(range(i - 1, max(-1, i - 1 - depth), -1))
+    best = (0.0, 0.0, None, i, 0, 0)
+    for k in order:
+        q, a, b = pairs[k]
+        tokens = np.full(n, int(fill[best_f[k]]), dtype=np.intp)
+        tokens[-1], tokens[i] = q, a
+        dy, dp = pair_movement(model, tokens, i, a, b)
+        for r in range(rounds):
+            _, tokens = context_ascent(model, tokens, i, a, b, positions, seed=seed + r, chunk=chunk)
+            dy, dp, a, b = context_pairs(model, tokens, i, np.arange(V), chunk=chunk)
+        if dy > best[0]:
+            best = (dy, dp, tokens.copy(), i, a, b)
+    return best

@@ -10,7 +10,9 @@ import pytest
 from tcert.generator.influence import toy_model
 from tcert.generator.influence.search import (adversarial_influence, cache_head, constructed_influence,
                                               context_ascent, context_pairs, last_states, low_keys, pair_movement,
-                                              prefix_cache, strong_influence, structured_influence, suffix_states)
+                                              exhaustive_pairs, filler_scan, pair_table, prefix_cache,
+                                              seeded_influence, strong_influence, structured_influence,
+                                              suffix_states)
 from tcert.generator.model.forward import _ln, _weights, as_model, residuals
 
 SHAPES = {
@@ -113,3 +115,27 @@ def test_strong_search_beats_the_earlier_searches_on_a_seeded_model():
               adversarial_influence(model, 24, trials=2, greedy_rounds=1, seed=24)[0])
     assert strong[0] > 1.05 * old
     assert abs(strong[0] - pair_movement(model, *strong[2:])[0]) < 1e-12
+
+
+def test_pair_table_filler_scan_and_seeded_search_are_real():
+    """pair_table's rows are each last token's brute-force worst n = 2 pair (its first row is exhaustive_pairs'
+    answer); filler_scan's entries are the uncached movements of f...f a q against f...f b q; seeded_influence's
+    witness recomputes to its figures, never below the best scanned filler input, and n < 3 is refused."""
+    model = model_of(**SHAPES["rotary-parallel"], d_vocab=8)
+    table = pair_table(model, range(8))
+    assert [r[0] for r in table] == sorted((r[0] for r in table), reverse=True)
+    assert np.isclose(table[0][0], exhaustive_pairs(model, range(8))[0], rtol=0, atol=1e-12)
+    for dy, q, a, b in table:
+        assert all(pair_movement(model, [u, q], 0, u, v)[0] <= dy + 1e-12 for u in range(8) for v in range(8))
+        assert np.isclose(dy, pair_movement(model, [a, q], 0, a, b)[0], rtol=0, atol=1e-12)
+    pairs = [r[1:] for r in table[:3]]
+    scan = filler_scan(model, 7, pairs)
+    assert scan.shape == (8, 3)
+    for f in (0, 5):
+        for k, (q, a, b) in enumerate(pairs):
+            assert np.isclose(scan[f, k], pair_movement(model, [f] * 5 + [a, q], 5, a, b)[0], rtol=0, atol=1e-12)
+    dy, dp, tok, i, a, b = seeded_influence(model, 7, pairs, keep=2, depth=3, rounds=1)
+    assert i == 5 and np.allclose((dy, dp), pair_movement(model, tok, i, a, b), rtol=0, atol=1e-12)
+    assert dy >= scan.max() - 1e-12
+    with pytest.raises(ValueError, match="n >= 3"):
+        filler_scan(model, 2, pairs)

@@ -16,7 +16,7 @@ from tcert.checker.kinds.influence.norms import EXACT_DTYPES, RowTerms, max_row_
 from tcert.checker.kinds.influence.rates import cap_factor, rest_cap, row_cap
 from tcert.checker.kinds.influence.vocabulary import unembedding_ball
 from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_norm_map, mlp,
-                                                     score_bounds, shift, value_ball)
+                                                     score_bounds, shift, stacked_radius, value_ball)
 
 
 class Reach(NamedTuple):
@@ -140,6 +140,9 @@ def attention(B, ld, model, layer, ln: LNMap, before: Induction, cap, n_max, pow
         centre = [a + b for a, b in zip(centre, hd.centre)]
         radius += hd.value_radius
         elsewhere += head_change(hd, before.elsewhere, cap, causal_late)
+    if finite is None:   # every head's values are c0_h + g N_h over the LN ball: stack the heads (optional)
+        stacked = ld.optional(f"L{layer}.attn.stacked", lambda: stacked_radius(B, model, layer, ln, power))
+        radius = radius if stacked is None else min(radius, stacked)
     radius = ld.const(f"L{layer}.attn.radius", lambda: radius)
     out = ld.const(f"L{layer}.attn.out", lambda: max_row_dist(B, B.matrix([centre])) + radius)
     elsewhere = ld.const(f"L{layer}.attn.E", lambda: elsewhere)

@@ -12,8 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcert.checker.forward import Weights, act_lipschitz, activation, layer_norm
-from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, min_centred_norms,
+from tcert.checker.forward import Weights, act_lipschitz, activation, kv_head, layer_norm
+from tcert.checker.modelfile import kv_names
+from tcert.checker.kinds.influence.norms import (abs_dot, centred_scaled, folded_norm, gram_norm, min_centred_norms,
                                                  operator_norm, product_norm, row_dists, scaled_rows, vector_norm)
 
 
@@ -186,6 +187,18 @@ def value_ball(B, ld, name, ln: LNMap, M, c0, power, finite) -> tuple:
         return c0.rows()[0], ld.const(name + "value_radius", lambda: ov * ln.radius), ov
     centre, radius = finite
     return centre, ld.const(name + "value_radius", lambda: radius), None
+
+
+def stacked_radius(B, model, layer, ln: LNMap, power) -> Fraction:
+    """Upper bound of ||sum_h g_h N_h|| over |g_h| <= R = radius(ln), N_h = Mv_h W_O,h (Mv_h: W_V of h's key/value
+    head, folded): the row [g_1 ... g_H] has norm <= sqrt(H) R and multiplies the stacked [N_1; ...; N_H], whose
+    norm is the square root of that of its Gram matrix sum_h N_h^T N_h: sqrt(H) R ||[N_1; ...; N_H]||."""
+    cfg, t, p = model.config, model.tensors, f"blocks.{layer}.attn."
+    gram = None
+    for h in range(cfg.n_heads):
+        N = fold(B, ln, t[p + kv_names(cfg)["W_V"]][kv_head(cfg, h)]) @ B.array(t[p + "W_O"][h])
+        gram = N.T @ N if gram is None else gram + N.T @ N
+    return B.upper(B.sqrt(B.num(cfg.n_heads))) * ln.radius * gram_norm(B, gram, power)
 
 
 def finite_inputs(B, model):
