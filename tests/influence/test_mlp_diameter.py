@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from tcert.checker.errors import BadInput, Rejected
-from tcert.checker.forward import Weights, final_residual, last_logits, softmax
+from tcert.checker.forward import Weights, final_residual
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.influence import certified_needs, propagated
-from tcert.checker.kinds.influence.rates import rate
 from tcert.checker.kinds.influence.sublayers import LNMap, mlp_diameter
 from tcert.checker.kinds.influence.norms import operator_norm, folded_norm
 from tcert.checker.modelfile import load_model
+from tcert.testing.influence import exhaustive_worst
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
 from tcert.generator import certificate
@@ -101,27 +101,6 @@ def test_diameter_bounds_the_largest_move(tmp_path, act):
         found = largest_move(f, R, 6, rng)
         assert found <= float(bound) * (1 + 1e-9), (layer, found, float(bound))
         assert bound < old and found >= float(bound) / 5, (layer, found, float(bound), float(old))
-
-
-def exhaustive_worst(model, cert, B) -> float:
-    """Every single non-final change at every n in range (Arb, 100 bits): asserts ||y - y'|| and ||p - p'||_1
-    within the certified bounds; returns the largest ratio ||y - y'|| / bound."""
-    cfg, claim, W = model.config, cert["claim"], Weights(B, model)
-    c = {k: parse_number(claim[k], k) for k in ("C", "C_prob", "C_abs", "C_prob_abs")}
-    worst = 0.0
-    for n in range(claim["n_min"], claim["n_max"] + 1):
-        r = rate(claim["rate"], n, cfg.n_layers)
-        by, bp = min(c["C"] * r, c["C_abs"]), min(c["C_prob"] * r, c["C_prob_abs"])
-        outs = {x: (final_residual(B, model, list(x), W), softmax(B, last_logits(B, model, list(x), W)))
-                for x in itertools.product(range(cfg.d_vocab), repeat=n)}
-        for x, (y, p) in outs.items():
-            for i, tok in itertools.product(range(n - 1), range(cfg.d_vocab)):
-                if tok > x[i]:
-                    y2, p2 = outs[x[:i] + (tok,) + x[i + 1:]]
-                    dy = B.upper(B.sqrt(B.fsum((a - b) * (a - b) for a, b in zip(y, y2))))
-                    assert dy <= by and sum(B.abs_upper(a - b) for a, b in zip(p, p2)) <= bp, (n, x, i, tok)
-                    worst = max(worst, float(dy / by))
-    return worst
 
 
 @pytest.mark.parametrize("act, attention", [("relu", "causal"), ("gelu", "bidirectional"), ("silu", "causal")])

@@ -462,42 +462,49 @@ def coupled_groups(stack, P, groups, dist) -> tuple:
     fillings only; it is never looser, so the two prove what the coupled bound alone proves). Returns
     (summed weight numerators, number) of the fillings proved and, per rule "e" group with claimed fillings
     neither bound proves, (q, (token rows, P, fixed weight))."""
-    rows, Eq, Dal, index = stack
-    n, v = rows.E.shape[1:]
-    M, k = [i for i in range(n - 1) if i not in P], len(P)
+    v, k = stack[0].E.shape[2], len(P)
     groups = sorted(groups, key=lambda g: g[0])     # by m, in GRID_BANDS chunks: each grid as long as its largest m
     step = max(1, min(GRID_ELEMENTS // v ** max(k, 2), -(-len(groups) // GRID_BANDS)))
     weight, counted, left = 0, 0, []
     for s in range(0, len(groups), step):
-        chunk = groups[s:s + step]
-        ms, fixed = np.array([g[0] for g in chunk]), [g[2] for g in chunk]
-        qs = np.array([g[5] for g in chunk])
-        at, top = np.array([index[q] for q in qs.tolist()], dtype=np.int64), int(ms.max())
-        valid = grid_fillings(chunk, ms, k, top)
-        hints = [(g, u) for g, (_, _, _, rule, u, _) in enumerate(chunk) if rule == "e" and len(u)]
-        if hints:                                    # not claimed: never credited, no test
-            valid[(np.repeat([g for g, _ in hints], [len(u) for _, u in hints]),)
-                  + tuple(np.concatenate([u for _, u in hints]).T)] = False
-        F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)          # F[g, x], A[g] = max_{x != m} F[g, x]
-        A = F.copy()
-        A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
-        Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]] for i in P]   # Dal[i][t_i, m], (g, top)
-        bad = A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(
-            D.reshape(grid_axes(j, len(ms), k, top)) for j, D in enumerate(Dg)) >= 0
-        good = valid & ~bad
-        rule_e = np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
-        idx = np.nonzero(valid & bad & rule_e)       # the claimed fillings the top-2 bound leaves (rule "e")
-        proved = sparse_coupled((rows, Eq), P, at, ms, F, Dg, idx)
-        good[tuple(a[proved] for a in idx)] = True
-        free = good.reshape(len(ms), -1).sum(axis=1)
-        counted += int(free.sum())
-        if not dist.unit:                            # the free positions' weights, contracted axis by axis
-            free = good.astype(object)
-            for i in reversed(P):
-                free = free @ dist.arrays[i][:top]
-        weight += sum(f * int(t) for f, t in zip(fixed, free))
-        left += unproved_inputs(n, tuple(a[~proved] for a in idx), ms, qs, fixed, P)
+        w, c, l = chunk_proofs(stack, P, groups[s:s + step], dist)
+        weight, counted, left = weight + w, counted + c, left + l
     return weight, counted, left
+
+
+def chunk_proofs(stack, P, chunk, dist) -> tuple:
+    """`coupled_groups` on one chunk of groups (sorted by m): (summed weight numerators, number) of the fillings
+    the top-2 or the coupled bound proves, and the rule "e" groups' fillings neither proves."""
+    rows, Eq, Dal, index = stack
+    n = rows.E.shape[1]
+    M, k = [i for i in range(n - 1) if i not in P], len(P)
+    ms, fixed = np.array([g[0] for g in chunk]), [g[2] for g in chunk]
+    qs = np.array([g[5] for g in chunk])
+    at, top = np.array([index[q] for q in qs.tolist()], dtype=np.int64), int(ms.max())
+    valid = grid_fillings(chunk, ms, k, top)
+    hints = [(g, u) for g, (_, _, _, rule, u, _) in enumerate(chunk) if rule == "e" and len(u)]
+    if hints:                                        # not claimed: never credited, no test
+        valid[(np.repeat([g for g, _ in hints], [len(u) for _, u in hints]),)
+              + tuple(np.concatenate([u for _, u in hints]).T)] = False
+    F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)              # F[g, x], A[g] = max_{x != m} F[g, x]
+    A = F.copy()
+    A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
+    Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]] for i in P]   # Dal[i][t_i, m], (g, top)
+    bad = A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(
+        D.reshape(grid_axes(j, len(ms), k, top)) for j, D in enumerate(Dg)) >= 0
+    good = valid & ~bad
+    rule_e = np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
+    idx = np.nonzero(valid & bad & rule_e)           # the claimed fillings the top-2 bound leaves (rule "e")
+    proved = sparse_coupled((rows, Eq), P, at, ms, F, Dg, idx)
+    good[tuple(a[proved] for a in idx)] = True
+    free = good.reshape(len(ms), -1).sum(axis=1)
+    counted = int(free.sum())
+    if not dist.unit:                                # the free positions' weights, contracted axis by axis
+        free = good.astype(object)
+        for i in reversed(P):
+            free = free @ dist.arrays[i][:top]
+    weight = sum(f * int(t) for f, t in zip(fixed, free))
+    return weight, counted, unproved_inputs(n, tuple(a[~proved] for a in idx), ms, qs, fixed, P)
 
 
 def grid_axes(j: int, first: int, k: int, v: int) -> tuple:

@@ -126,28 +126,38 @@ def cubic_sets(tables) -> tuple:
     query = upper(eQ * S.pw[0][q, n - 1], eQh * S.pw[1][q, n - 1], S.Tq[m, q])
     K, step = np.zeros((v, v, n, v), dtype=bool), max(1, SETS_CHUNK // (v * v))
     KB = np.full((v, v, n), np.iinfo(np.int64).min)
+    P = np.stack([S.large[:, n - 1], S.small[:, n - 1]], axis=1).ravel()     # P_hi, P_lo of query q at 2q, 2q+1
+    ends = {c: [(P - np.repeat(u, 2), upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query)
+                for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c])] for c in range(1, n)}
     for m0 in range(0, v, step):
-        M, Q, T = np.nonzero(np.tri(v, dtype=bool)[m0:m0 + step, :, None] & np.tri(v, k=-1, dtype=bool)[m0:m0 + step, None])
-        M += m0                                                 # (m, q, k) with q <= m, k < m
-        if not len(M):                                          # max token 0: no k < m
-            continue
-        eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
-        key = S.EUp[M, Q] + S.R[M, T]
-        neg = key < 0
-        a, b = key * np.where(neg, eK, eKh), key * np.where(neg, eKh, eK)
-        side, at = 2 * Q + neg, pair[M, Q]                      # x: hi of query Q for key >= 0, else lo
-        diag = np.flatnonzero(Q == M)                           # c = n-1 only for q = m (every m >= 1 has some)
-        for c in range(1, n):
-            j = slice(None) if c <= n - 2 else diag
-            holds = np.ones(len(at[j]), dtype=bool)
-            for u in (S.small[:, n - 1 - c], S.large[:, n - 1 - c]):
-                x = np.stack([S.large[:, n - 1] - u, S.small[:, n - 1] - u], axis=1).ravel()[side[j]]     # P - u
-                A = upper(eM * u[q], eMh * u[q], S.Tm[m, q]) + query
-                holds &= A[at[j]] + np.where(x >= 0, a[j], b[j]) * x < 0
-            K[M[j], Q[j], c, T[j]] = holds
-            runs = np.flatnonzero(np.r_[True, np.diff(at[j]) != 0])     # each (m, q)'s tokens k < m, consecutive
-            KB[M[j][runs], Q[j][runs], c] = np.maximum.reduceat(np.where(holds, a[j], KB[0, 0, 0]), runs)
+        block_sets(S, pair, ends, range(m0, min(m0 + step, v)), K, KB)
     all_max = np.zeros((v, v), dtype=bool)
     all_max[m, q] = upper(eM * S.small[q, n - 1], eMh * S.large[q, n - 1], S.Tm[m, q]) + query < 0
     tables["cubic sets"], tables["cubic keys"] = (K, all_max), KB
     return K, all_max
+
+
+def block_sets(S, pair, ends, block, K, KB) -> None:
+    """`cubic_sets` for the max tokens m in `block` (a range): K[m, q, c, k] and KB[m, q, c] for every (m, q, k)
+    with q <= m and k < m, from the (P - u, A(u)) of both ends u per c (`ends`: the same for every block)."""
+    v, n = K.shape[0], K.shape[2]
+    M, Q, T = np.nonzero(np.tri(v, dtype=bool)[block.start:block.stop, :, None]
+                         & np.tri(v, k=-1, dtype=bool)[block.start:block.stop, None])
+    M += block.start                                            # (m, q, k) with q <= m, k < m
+    if not len(M):                                              # max token 0: no k < m
+        return
+    eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
+    key = S.EUp[M, Q] + S.R[M, T]
+    neg = key < 0
+    a, b = key * np.where(neg, eK, eKh), key * np.where(neg, eKh, eK)
+    side, at = 2 * Q + neg, pair[M, Q]                          # x: hi of query Q for key >= 0, else lo
+    diag = np.flatnonzero(Q == M)                               # c = n-1 only for q = m (every m >= 1 has some)
+    for c in range(1, n):
+        j = slice(None) if c <= n - 2 else diag
+        holds = np.ones(len(at[j]), dtype=bool)
+        for P_u, A in ends[c]:
+            x = P_u[side[j]]                                    # P - u
+            holds &= A[at[j]] + np.where(x >= 0, a[j], b[j]) * x < 0
+        K[M[j], Q[j], c, T[j]] = holds
+        runs = np.flatnonzero(np.r_[True, np.diff(at[j]) != 0])     # each (m, q)'s tokens k < m, consecutive
+        KB[M[j][runs], Q[j][runs], c] = np.maximum.reduceat(np.where(holds, a[j], KB[0, 0, 0]), runs)
