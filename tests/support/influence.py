@@ -1,10 +1,37 @@
-"""Influence test helpers: the exhaustive rigorous oracle the constants' soundness tests share."""
+"""Influence test helpers the optional constants' soundness tests share: tiny toy models, the generator's ledger
+without the optional constants (the old rule), and the exhaustive rigorous oracle."""
 
+import copy
 import itertools
+from fractions import Fraction
 
+from tcert.checker.interval import make_backend
+from tcert.checker.kinds.influence import certified_needs
 from tcert.checker.forward import Weights, final_residual, last_logits, softmax
 from tcert.checker.kinds.influence.rates import rate
+from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
+from tcert.generator import certificate
+from tcert.generator.influence import toy_model
+from tcert.generator.influence.ledger import FillLedger
+from tcert.generator.model.files import save_model
+
+
+class WithoutOptional(FillLedger):
+    """The generator's ledger with every optional constant left out: the old rule."""
+
+    def optional(self, name, bound):
+        return None
+
+
+def tiny_toy(tmp_path, name="m", **kw):
+    """(path, model): a tiny 2-layer pre-LN toy model (`toy_model`; `kw` overrides the defaults) saved under tmp_path."""
+    kw = {"n_layers": 2, "d_vocab": 3, "n_ctx": 4, "d_model": 6, "n_heads": 2, "d_head": 3, "d_mlp": 8,
+          "scale": 0.3, "eps": "1/100", **kw}
+    t, cfg = toy_model(**kw)
+    path = str(tmp_path / f"{name}.safetensors")
+    save_model(path, t, cfg)
+    return path, load_model(path)
 
 
 def exhaustive_worst(model, cert, B) -> float:
@@ -26,3 +53,16 @@ def exhaustive_worst(model, cert, B) -> float:
                     assert dy <= by and sum(B.abs_upper(a - b) for a, b in zip(p, p2)) <= bp, (n, x, i, tok)
                     worst = max(worst, float(dy / by))
     return worst
+
+
+def old_rule_certificate(cert, model) -> dict:
+    """`cert` restated by the old rule: the constants of the ledger without the optional ones, the claim's four
+    bounds that rule's values raised by 2^-20 (no statement: it quotes the claim's numbers). It must verify:
+    an optional constant is optional."""
+    relaxed, ld = copy.deepcopy(cert), WithoutOptional()
+    old = certified_needs(model, make_backend("flint"), ld, 4, 6)
+    relaxed["evidence"]["constants"] = {k: certificate.num(float(v)) for k, v in ld.claimed.items()}
+    for key in ("C", "C_prob", "C_abs", "C_prob_abs"):
+        relaxed["claim"][key] = certificate.num(old[key] * (1 + Fraction(1, 2 ** 20)))
+    del relaxed["statement"]
+    return relaxed
