@@ -185,6 +185,7 @@ def trimmed_centre(split, prec: int, uniform: bool = False):
     if split is None:
         return None
     parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec), uniform)
+    # uniform: `trimmed` gave one pair bounding every row's, so [R] * m, one radius for each of the m rows
     return parts, (uniform_radius(pairs) * parts[0].shape[0] if uniform and pairs else sqrt_sum_up(pairs))
 
 
