@@ -203,7 +203,7 @@ def test_terms_are_reached():
     for b_in, loose in ((np.zeros(2), 1 + 1e-9), (np.zeros(2), 2), (rng.normal(size=2), 1 + 1e-9)):
         W_out = rng.normal(size=(2, 2))   # a loose claimed ||W_out|| (2x) makes Q = 2P: the share's (P + Q)/2 is reached
         model = bare_mlp(m * np.eye(2), W_out, b_in)
-        (c_e, _, share), (c_l, _, _) = (f() for f in mlp_terms(B, model, 0, ln, Fraction(m), Fraction(np.linalg.norm(W_out, 2) * loose), 6))
+        (c_e, _, share, _), (c_l, _, _, _) = (f() for f in mlp_terms(B, model, 0, ln, Fraction(m), Fraction(np.linalg.norm(W_out, 2) * loose), 6))
         points = [(np.array([3.0, 0]), np.array([0, 3.0]))] + [tuple(ball_point(rng, 2, 3.0) for _ in range(2)) for _ in range(2000)]
         q = []
         for g, g2 in points:
