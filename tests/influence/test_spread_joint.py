@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.influence import certified_needs
+from tcert.checker.kinds.influence import blocks, certified_needs
 from tcert.checker.kinds.influence.joint import ball_term, head_terms, joint_bound, mlp_terms
 from tcert.checker.kinds.influence.sublayers import LNMap
 from tcert.checker.numbers import parse_number
@@ -102,7 +102,7 @@ def test_joint_bound_covers_sampled_moves(tmp_path):
         terms += head_terms(B, model, layer, ln_map(model, layer, "ln1", B), radii)
         terms += mlp_terms(B, model, layer, ln_map(model, layer, "ln2", B), c[f"L{layer}.mlp.W_in"],
                            c[f"L{layer}.mlp.W_out"], 6)
-    bound = float(joint_bound(B, terms, cfg.d_model, 6))
+    bound = float(joint_bound(B, [terms], cfg.d_model, 6))
     added = sum(float(2 * c[f"L{k}.attn.radius"] + min(2 * c[f"L{k}.mlp.radius"], c[f"L{k}.mlp.diameter"]))
                 for k in range(cfg.n_layers))
     best = max(searched_move(model, R, np.random.default_rng(seed)) for seed in range(4))
@@ -112,8 +112,8 @@ def test_joint_bound_covers_sampled_moves(tmp_path):
 def test_ball_terms_alone_are_the_ball():
     """One ball term is its own radius up to the trace power's d^(1/2^(p+1)); no term gives 0."""
     B = make_backend("flint")
-    assert joint_bound(B, [], 4, 6) == 0
-    one = joint_bound(B, ball_term(Fraction(3)), 4, 6)
+    assert joint_bound(B, [[]], 4, 6) == 0
+    one = joint_bound(B, [ball_term(Fraction(3))], 4, 6)
     assert 3 <= one <= 3 * 4 ** (1 / 128) * (1 + 1e-9)
     assert ball_term(Fraction(0)) == []
 
@@ -193,11 +193,11 @@ def test_terms_are_reached():
                                  config=SimpleNamespace(n_key_value_heads=None, n_heads=1))
     N = path_model.tensors["blocks.0.attn.W_V"][0] @ path_model.tensors["blocks.0.attn.W_O"][0]
     reached = 2 * 3 * np.linalg.norm(N, 2)
-    head = float(joint_bound(B, head_terms(B, path_model, 0, ln, [Fraction(reached / 2 * 1.001)]), 3, 6))
+    head = float(joint_bound(B, [head_terms(B, path_model, 0, ln, [Fraction(reached / 2 * 1.001)])], 3, 6))
     assert reached * (1 - 1e-12) <= head <= reached * 2 ** (1 / 128)   # float64 reached: last bits
     m, w = 1.5, 0.75
     model = bare_mlp(m * np.eye(2), w * np.eye(2), np.zeros(2))
-    pair = float(joint_bound(B, mlp_terms(B, model, 0, ln, Fraction(m), Fraction(w), 6), 2, 6))
+    pair = float(joint_bound(B, [mlp_terms(B, model, 0, ln, Fraction(m), Fraction(w), 6)], 2, 6))
     reached = np.linalg.norm((np.maximum([3 * m, 0], 0) - np.maximum([0, 3 * m], 0)) @ (w * np.eye(2)))
     assert abs(reached - math.sqrt(2) * m * w * 3) < 1e-12 and reached * (1 - 1e-12) <= pair <= reached * 2 ** (1 / 64) * (1 + 1e-9)
     for b_in, loose in ((np.zeros(2), 1 + 1e-9), (np.zeros(2), 2), (rng.normal(size=2), 1 + 1e-9)):
@@ -219,3 +219,21 @@ def ball_point(rng, d, R):
     """A random point of the R-ball (on its sphere 4 times in 5)."""
     g = rng.normal(size=d)
     return g / np.linalg.norm(g) * R * (1 if rng.random() < 0.8 else rng.random())
+
+
+def test_block0_heads_where_they_beat_the_ball(tmp_path, monkeypatch):
+    """Without positions block 0's values are finite sets; the joint bound also reads them as heads on the LN ball
+    (the smaller variant is kept). On a tiny model where the heads variant is the smaller (C_abs below the ball's:
+    the variant disabled by a useless term), exhaustive single changes (100-bit Arb) stay within the certified
+    bounds and both backends verify."""
+    path, model = tiny(tmp_path, nope=True, d_vocab=8, d_head=1, n_heads=4, seed=1, n_ctx=3, scale=0.6)
+    B = make_backend("flint")
+    new = certified_needs(model, B, FillLedger(), 3, 6)["C_abs"]
+    heads = blocks.head_terms
+    monkeypatch.setattr(blocks, "head_terms", lambda B_, m, layer, ln, radii: [lambda: (Fraction(1), None, Fraction(10 ** 6), False)]
+                        if layer == 0 else heads(B_, m, layer, ln, radii))
+    assert new < certified_needs(model, B, FillLedger(), 3, 6)["C_abs"] * Fraction(95, 100)
+    monkeypatch.undo()
+    cert = influence_certificate(model)
+    assert verify(cert, path, "flint").summary == verify(cert, path, "mpmath").summary
+    assert 0 < exhaustive_worst(model, cert, make_backend("flint", 100)) <= 1

@@ -33,14 +33,14 @@ class Induction(NamedTuple):
     """The hypothesis after k blocks (steps 1, 6, 7): every residual norm is <= bound (B_k) and lies in
     `reach`; a position m != i moves by <= elsewhere rho_k(m) (E_k) and by <= spread at all;
     cap >= max_m 1/rho_k(m) (cap_k; None before the first block); terms: that move's sublayer terms for
-    `joint.joint_bound`."""
+    `joint.joint_bound`, in one or more variants."""
 
     bound: Fraction
     reach: Reach
     elsewhere: Fraction
     spread: Fraction
     cap: Fraction | None
-    terms: tuple = ()
+    terms: tuple = ((),)
 
 
 def add_ball(B, reach: Reach, centre: list, radius: Fraction) -> Reach:
@@ -167,8 +167,9 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
     cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, cfg.attention_dir == "causal"))
     attn = attention(B, ld, model, layer, ln1, before, cap, n_max, power, finite if layer == 0 else None)
     E, spread = before.elsewhere + attn.elsewhere, before.spread + 2 * attn.radius
-    terms = before.terms + tuple(ball_term(2 * attn.radius) if layer == 0 and finite is not None
-                                 else head_terms(B, model, layer, ln1, attn.radii))
+    heads = tuple(head_terms(B, model, layer, ln1, attn.radii))   # finite value sets: also as a ball
+    ways = (tuple(ball_term(2 * attn.radius)), heads) if layer == 0 and finite is not None else (heads,)
+    terms = tuple(v + w for v in before.terms for w in ways)
     bound, reach = before.bound + attn.out, add_ball(B, before.reach, attn.centre, attn.radius)
     if not cfg.attn_only:
         if cfg.parallel_attn_mlp:   # the MLP reads the block's input: it moves as much as the input did
@@ -182,7 +183,8 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
         diameter = 2 * m.radius if m.diameter is None else min(2 * m.radius, m.diameter)
         E += min(m.lip * E_in, diameter * cap)
         spread += min(diameter, m.lip * moved_in)
-        terms += tuple(mlp_choice(B, model, layer, ln2, m, min(diameter, m.lip * moved_in), diameter, power))
+        more = tuple(mlp_choice(B, model, layer, ln2, m, min(diameter, m.lip * moved_in), diameter, power))
+        terms = tuple(v + more for v in terms)
         bound, reach = bound + m.out, add_ball(B, reach, m.centre, m.radius)
     bound = ld.const(f"B{layer + 1}", lambda: bound)
     joint = ld.optional(f"spread{layer + 1}.joint", lambda: joint_bound(B, terms, cfg.d_model, power))

@@ -14,7 +14,7 @@ def cost(cfg, claim, evidence):
     small, big = min(d, m), max(d, m)
     products = L * (H * (8 * dh * dh * d + (p + 2) * 4 * dh ** 3) + 3 * (small * small * big + p * small ** 3))
     products += L * (H * d * d * (dh + d) + p * d ** 3)
-    products += L * (H * d * d * (dh + d) + 2 * d * d * m + 5 * d ** 3 + 3 * p * d ** 3)   # spread<k>.joint: 3 Gram sums
+    products += L * (H * d * d * (dh + d) + 2 * d * d * m + 8 * d ** 3 + 6 * p * d ** 3)   # spread<k>.joint: 6 Gram sums
     products += 2 * (v + n_max) * 64 * d
     total = Cost(MATRIX * products + L * 6 * n_max + 4 * (v + n_max), MATRIX_BYTES * 4 * (big * big + 64 * d),
                  f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")

@@ -70,10 +70,16 @@ def mlp_choice(B, model, layer, ln, m, moved: Fraction, diameter: Fraction, powe
     return mlp_terms(B, model, layer, ln, *m.norms, power)
 
 
-def joint_bound(B, terms: list, d: int, power) -> Fraction:
-    """The smallest over t in MLP_SCALES of sqrt(sum_j zeta_j^2 / c_j) ||sum_j c_j A_j^T A_j||^(1/2) over `terms`, the
-    MLP terms' weights c_j times t (their shares divided by t); the norm by the trace-power bound."""
-    made, best = [make() for make in terms], None
+def joint_bound(B, variants, d: int, power) -> Fraction:
+    """The smallest `scaled_bound` over `variants`, each a list of terms bounding the same moves (block 0's attention
+    with finite value sets: as a ball, or as its heads reading the LN ball)."""
+    return min(scaled_bound(B, [make() for make in terms], d, power) for terms in variants)
+
+
+def scaled_bound(B, made: list, d: int, power) -> Fraction:
+    """The smallest over t in MLP_SCALES of sqrt(sum_j zeta_j^2 / c_j) ||sum_j c_j A_j^T A_j||^(1/2) over the made
+    terms, the MLP terms' weights c_j times t (their shares divided by t); the norm by the trace-power bound."""
+    best = None
     for t in MLP_SCALES:
         gram, total = None, Fraction(0)
         for c, g, share, mlp in made:
