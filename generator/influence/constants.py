@@ -20,13 +20,14 @@ def default_rate(cfg) -> str:
 
 
 def influence_parts(model, n_min: int = 2, n_max: int | None = None, power: int = DEFAULT_POWER,
-                    backend: str = "flint"):
-    """(claim, evidence, needs) of an influence certificate for `model`; needs as certified_needs returns."""
+                    backend: str = "flint", ledger: FillLedger | None = None):
+    """(claim, evidence, needs) of an influence certificate for `model`; needs as certified_needs returns. `ledger`:
+    a FillLedger (subclass) to record the constants with, e.g. one leaving some optional constants out (tests)."""
     cfg = model.config
     n_max = cfg.n_ctx if n_max is None else n_max
     if not 2 <= n_min <= n_max <= cfg.n_ctx:
         raise BadInput(f"need 2 <= n_min <= n_max <= n_ctx = {cfg.n_ctx}")
-    ld = FillLedger()
+    ld = FillLedger() if ledger is None else ledger
     need = certified_needs(model, make_backend(backend), ld, n_max, power)
     claim = {"n_min": n_min, "n_max": n_max, "rate": default_rate(cfg)}
     for key in ("C", "C_prob", "C_abs", "C_prob_abs"):   # C and C_abs are recorded constants already

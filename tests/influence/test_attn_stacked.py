@@ -13,13 +13,11 @@ import pytest
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
 from tcert.checker.kinds.influence import certified_needs
-from tcert.testing.influence import exhaustive_worst, old_rule_certificate, tiny_toy as tiny
+from tcert.testing.influence import Without, certificate_without, exhaustive_worst, old_rule_certificate, tiny_toy as tiny
 from tcert.checker.kinds.influence.sublayers import LNMap, stacked_radius
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
 from tcert.generator import certificate
-from tcert.generator.influence import influence_certificate
-from tcert.generator.influence.ledger import FillLedger
 
 
 def folded_values(model, layer):
@@ -65,13 +63,9 @@ def test_exhaustive_oracle_where_stacking_lowers_the_cap(tmp_path, attention):
     path, model = tiny(tmp_path, attention=attention, n_heads=4, d_head=2, d_model=8, n_ctx=3, scale=0.4)
     B = make_backend("flint")
 
-    class DiameterOnly(FillLedger):
-        def optional(self, name, bound):
-            return None if name.endswith("attn.stacked") else self.const(name, bound)
-
-    new, old = certified_needs(model, B, FillLedger(), 3, 6), certified_needs(model, B, DiameterOnly(), 3, 6)
+    new, old = certified_needs(model, B, Without(".joint"), 3, 6), certified_needs(model, B, Without(".joint", "attn.stacked"), 3, 6)
     assert new["C_abs"] < old["C_abs"]
-    cert = influence_certificate(model)
+    cert = certificate_without(model, ".joint")   # the spread's joint bound (test_spread_joint.py) supersedes it
     assert sorted(k for k in cert["evidence"]["constants"] if k.endswith("attn.stacked")) == \
         ["L0.attn.stacked", "L1.attn.stacked"]
     assert verify(cert, path, "flint").summary == verify(cert, path, "mpmath").summary
@@ -84,7 +78,7 @@ def test_left_out_moved_or_shrunk(tmp_path):
     the other block's, moved to a block that does not exist: REJECTED or BadInput. Stated for block 0 of a model
     without a position table (block 0 uses the finite value sets there): BadInput (unused)."""
     path, model = tiny(tmp_path, n_heads=4, d_head=2, d_model=8)
-    cert = influence_certificate(model)
+    cert = certificate_without(model, ".joint")
     consts = cert["evidence"]["constants"]
     names = ["L0.attn.stacked", "L1.attn.stacked"]
     for name in names:
@@ -114,7 +108,7 @@ def test_left_out_moved_or_shrunk(tmp_path):
     with pytest.raises(BadInput, match="unused"):
         verify(extra, path)
     rpath, rotary = tiny(tmp_path, name="rot", rotary=True, n_heads=4, d_head=2, d_model=8)
-    rcert = influence_certificate(rotary)
+    rcert = certificate_without(rotary, ".joint")
     assert "L0.attn.stacked" not in rcert["evidence"]["constants"] and "L1.attn.stacked" in rcert["evidence"]["constants"]
     rcert["evidence"]["constants"]["L0.attn.stacked"] = rcert["evidence"]["constants"]["L1.attn.stacked"]
     with pytest.raises(BadInput, match="unused"):

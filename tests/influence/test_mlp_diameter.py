@@ -17,12 +17,10 @@ from tcert.checker.interval import make_backend
 from tcert.checker.kinds.influence import certified_needs, propagated
 from tcert.checker.kinds.influence.sublayers import LNMap, mlp_diameter
 from tcert.checker.kinds.influence.norms import operator_norm, folded_norm
-from tcert.testing.influence import WithoutOptional, exhaustive_worst, old_rule_certificate, tiny_toy
+from tcert.testing.influence import Without, WithoutOptional, certificate_without, exhaustive_worst, old_rule_certificate, tiny_toy
 from tcert.checker.numbers import parse_number
 from tcert.checker.verify import verify
 from tcert.generator import certificate
-from tcert.generator.influence import influence_certificate
-from tcert.generator.influence.ledger import FillLedger
 
 ACTS = {"relu": lambda z: np.maximum(z, 0), "silu": lambda z: z / (1 + np.exp(-z)),
         "gelu": lambda z: z * (1 + np.vectorize(math.erf)(z / math.sqrt(2))) / 2,
@@ -96,9 +94,9 @@ def test_exhaustive_oracle_where_the_diameter_binds(tmp_path, act, attention):
     changes stay within the certified bounds, and the certificate verifies on both backends."""
     path, model = tiny(tmp_path, act, attention=attention)
     B = make_backend("flint")
-    new, old = certified_needs(model, B, FillLedger(), 4, 6), certified_needs(model, B, WithoutOptional(), 4, 6)
+    new, old = certified_needs(model, B, Without(".joint"), 4, 6), certified_needs(model, B, WithoutOptional(), 4, 6)
     assert new["C_abs"] < old["C_abs"] and new["C"] < old["C"]
-    cert = influence_certificate(model)
+    cert = certificate_without(model, ".joint")   # the spread's joint bound supersedes it
     assert parse_number(cert["claim"]["C_abs"], "C_abs") < old["C_abs"]
     assert verify(cert, path, "flint").summary == verify(cert, path, "mpmath").summary
     assert 0 < exhaustive_worst(model, cert, make_backend("flint", 100)) <= 1
@@ -109,7 +107,7 @@ def test_left_out_or_misplaced(tmp_path):
     the constants and claim of the old rule verify without it. Moved to the other layer or to a layer that
     does not exist, shrunk by 2^-20: REJECTED or BadInput. Both backends agree on its figure to 1e-12."""
     path, model = tiny(tmp_path)
-    cert = influence_certificate(model)
+    cert = certificate_without(model, ".joint")   # the spread's joint bound supersedes it
     names = sorted(k for k in cert["evidence"]["constants"] if k.endswith("mlp.diameter"))
     assert names == ["L0.mlp.diameter", "L1.mlp.diameter"]
     consts = cert["evidence"]["constants"]

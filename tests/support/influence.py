@@ -13,6 +13,7 @@ from tcert.checker.modelfile import load_model
 from tcert.checker.numbers import parse_number
 from tcert.generator import certificate
 from tcert.generator.influence import toy_model
+from tcert.generator.influence.constants import influence_parts
 from tcert.generator.influence.ledger import FillLedger
 from tcert.generator.model.files import save_model
 
@@ -22,6 +23,24 @@ class WithoutOptional(FillLedger):
 
     def optional(self, name, bound):
         return None
+
+
+class Without(FillLedger):
+    """The generator's ledger with the optional constants whose names end with one of `suffixes` left out."""
+
+    def __init__(self, *suffixes):
+        super().__init__()
+        self.suffixes = suffixes
+
+    def optional(self, name, bound):
+        return None if name.endswith(self.suffixes) else self.const(name, bound)
+
+
+def certificate_without(model, *suffixes) -> dict:
+    """The generator's certificate for `model` with the optional constants ending with `suffixes` left out (so a
+    test of one optional constant sees the derivation it was written for, not a later one that supersedes it)."""
+    claim, evidence, _ = influence_parts(model, ledger=Without(*suffixes))
+    return certificate.envelope("influence", model, claim, evidence)
 
 
 def tiny_toy(tmp_path, name="m", **kw):

@@ -15,6 +15,7 @@ from tcert.checker.modelfile import kv_names
 from tcert.checker.kinds.influence.norms import EXACT_DTYPES, RowTerms, max_row_dist, max_row_dists
 from tcert.checker.kinds.influence.rates import cap_factor, rest_cap, row_cap
 from tcert.checker.kinds.influence.vocabulary import unembedding_ball
+from tcert.checker.kinds.influence.joint import ball_term, head_terms, joint_bound, mlp_choice
 from tcert.checker.kinds.influence.sublayers import (Head, LNMap, fold, layer_norm_map, mlp,
                                                      score_bounds, shift, stacked_radius, value_ball)
 
@@ -31,13 +32,15 @@ class Reach(NamedTuple):
 class Induction(NamedTuple):
     """The hypothesis after k blocks (steps 1, 6, 7): every residual norm is <= bound (B_k) and lies in
     `reach`; a position m != i moves by <= elsewhere rho_k(m) (E_k) and by <= spread at all;
-    cap >= max_m 1/rho_k(m) (cap_k; None before the first block)."""
+    cap >= max_m 1/rho_k(m) (cap_k; None before the first block); terms: that move's sublayer terms for
+    `joint.joint_bound`, in one or more variants."""
 
     bound: Fraction
     reach: Reach
     elsewhere: Fraction
     spread: Fraction
     cap: Fraction | None
+    terms: tuple = ((),)
 
 
 def add_ball(B, reach: Reach, centre: list, radius: Fraction) -> Reach:
@@ -109,13 +112,14 @@ def head(B, ld, model, layer, h, ln: LNMap, n_max, power, finite) -> Head:
 
 
 class AttentionBounds(NamedTuple):
-    """A block's attention sublayer: output ball (centre, radius), output-norm bound, and the scaled change
-    at a position m != i (E_att)."""
+    """A block's attention sublayer: output ball (centre, radius), output-norm bound, the scaled change
+    at a position m != i (E_att), and the heads' value radii."""
 
     centre: list
     radius: Fraction
     out: Fraction
     elsewhere: Fraction
+    radii: list
 
 
 def head_change(hd: Head, E: Fraction, cap: Fraction, causal_late: bool) -> Fraction:
@@ -134,11 +138,12 @@ def attention(B, ld, model, layer, ln: LNMap, before: Induction, cap, n_max, pow
     cfg, t = model.config, model.tensors
     causal_late = cfg.attention_dir == "causal" and layer > 0
     centre = B.array(t[f"blocks.{layer}.attn.b_O"]).rows()[0]
-    radius, elsewhere = Fraction(0), Fraction(0)
+    radius, elsewhere, radii = Fraction(0), Fraction(0), []
     for h in range(cfg.n_heads):
         hd = head(B, ld, model, layer, h, ln, n_max, power, finite)
         centre = [a + b for a, b in zip(centre, hd.centre)]
         radius += hd.value_radius
+        radii.append(hd.value_radius)
         elsewhere += head_change(hd, before.elsewhere, cap, causal_late)
     if finite is None:   # every head's values are c0_h + g N_h over the LN ball: stack the heads (optional)
         stacked = ld.optional(f"L{layer}.attn.stacked", lambda: stacked_radius(B, model, layer, ln, power))
@@ -146,7 +151,7 @@ def attention(B, ld, model, layer, ln: LNMap, before: Induction, cap, n_max, pow
     radius = ld.const(f"L{layer}.attn.radius", lambda: radius)
     out = ld.const(f"L{layer}.attn.out", lambda: max_row_dist(B, B.matrix([centre])) + radius)
     elsewhere = ld.const(f"L{layer}.attn.E", lambda: elsewhere)
-    return AttentionBounds(centre, radius, out, elsewhere)
+    return AttentionBounds(centre, radius, out, elsewhere, radii)
 
 
 # --- the residual stream: x -> x + attn (+ mlp), and the block's induction step -------------------
@@ -154,13 +159,17 @@ def attention(B, ld, model, layer, ln: LNMap, before: Induction, cap, n_max, pow
 def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induction:
     """Block `layer`: the induction hypothesis after it from the one before it (constants B, spread, E and
     cap of index layer + 1). A position m != i moves by <= delta before the block; its attention output by
-    <= 2 r_att, its MLP output by <= min(2 r_mlp, diameter_mlp, lip_mlp * (its input's move)) (step 6)."""
+    <= 2 r_att, its MLP output by <= min(2 r_mlp, diameter_mlp, lip_mlp * (its input's move)) (step 6); the
+    optional spread<k>.joint adds those moves as one vector (`joint.joint_bound`)."""
     cfg = model.config
     ln1 = layer_norm_map(B, ld, model, f"blocks.{layer}.ln1" if cfg.has_norm else None, f"L{layer}.ln1",
                          before.bound, before.reach)
     cap = ld.const(f"cap{layer + 1}", lambda: cap_factor(B, n_max, layer + 1, cfg.attention_dir == "causal"))
     attn = attention(B, ld, model, layer, ln1, before, cap, n_max, power, finite if layer == 0 else None)
     E, spread = before.elsewhere + attn.elsewhere, before.spread + 2 * attn.radius
+    heads = tuple(head_terms(B, model, layer, ln1, attn.radii))   # finite value sets: also as a ball
+    ways = (tuple(ball_term(2 * attn.radius)), heads) if layer == 0 and finite is not None else (heads,)
+    terms = tuple(v + w for v in before.terms for w in ways)
     bound, reach = before.bound + attn.out, add_ball(B, before.reach, attn.centre, attn.radius)
     if not cfg.attn_only:
         if cfg.parallel_attn_mlp:   # the MLP reads the block's input: it moves as much as the input did
@@ -174,9 +183,12 @@ def block(B, ld, model, layer, before: Induction, n_max, power, finite) -> Induc
         diameter = 2 * m.radius if m.diameter is None else min(2 * m.radius, m.diameter)
         E += min(m.lip * E_in, diameter * cap)
         spread += min(diameter, m.lip * moved_in)
+        more = tuple(mlp_choice(B, model, layer, ln2, m, min(diameter, m.lip * moved_in), diameter, power))
+        terms = tuple(v + more for v in terms)
         bound, reach = bound + m.out, add_ball(B, reach, m.centre, m.radius)
     bound = ld.const(f"B{layer + 1}", lambda: bound)
-    spread = ld.const(f"spread{layer + 1}", lambda: spread)
+    joint = ld.optional(f"spread{layer + 1}.joint", lambda: joint_bound(B, terms, cfg.d_model, power))
+    spread = ld.const(f"spread{layer + 1}", lambda: spread if joint is None else min(spread, joint))
     elsewhere = ld.const(f"E{layer + 1}", lambda: min(E, spread * cap))
-    return Induction(bound, reach, elsewhere, spread, cap)
+    return Induction(bound, reach, elsewhere, spread, cap, terms)
 

@@ -6,13 +6,15 @@ from tcert.checker.resources import MATRIX, MATRIX_BYTES, SCALAR_BYTES, Cost, at
 
 def cost(cfg, claim, evidence):
     """Gram products and 2^power squarings per norm (the MLP's three: W_in, W_out and, for its diameter, their
-    product; the heads stacked: H d x d products and their d x d Gram), blockwise row distances, n_max-term caps; for the local claim its forward pass and the
+    product; the heads stacked: H d x d products and their d x d Gram; the joint spread: those again, M W_out, W_out's
+    Gram and one d x d Gram sum per block), blockwise row distances, n_max-term caps; for the local claim its forward pass and the
     per-position, per-token rule."""
     d, dh, H, m, v, L = cfg.d_model, cfg.d_head, cfg.n_heads, cfg.d_mlp or 0, cfg.d_vocab, cfg.n_layers
     p, n_max = count(at(evidence, "power"), 8), count(at(claim, "n_max"), cfg.n_ctx)
     small, big = min(d, m), max(d, m)
     products = L * (H * (8 * dh * dh * d + (p + 2) * 4 * dh ** 3) + 3 * (small * small * big + p * small ** 3))
     products += L * (H * d * d * (dh + d) + p * d ** 3)
+    products += L * (H * d * d * (dh + d) + 2 * d * d * m + 8 * d ** 3 + 6 * p * d ** 3)   # spread<k>.joint: 6 Gram sums
     products += 2 * (v + n_max) * 64 * d
     total = Cost(MATRIX * products + L * 6 * n_max + 4 * (v + n_max), MATRIX_BYTES * 4 * (big * big + 64 * d),
                  f"this influence certificate ({L} layer(s), d_model {d}, n_max {n_max}, power {p})")

@@ -71,13 +71,15 @@ def layer_norm_map(B, ld, model, prefix, name, bound, reach) -> LNMap:
 
 class MLPBounds(NamedTuple):
     """An MLP sublayer: its output lies in ball(centre, radius) (centre a row of interval scalars), its norm
-    is <= out, and it moves by <= lip ||x - x'|| and by <= 2 radius (and by <= diameter unless None)."""
+    is <= out, and it moves by <= lip ||x - x'|| and by <= 2 radius (and by <= diameter unless None); norms: the
+    claimed (||M||, ||W_out||) where the split of `mlp_diameter` holds (None for a gated MLP or another act)."""
 
     centre: list
     radius: Fraction
     out: Fraction
     lip: Fraction
     diameter: Fraction | None = None
+    norms: tuple | None = None
 
 
 SPLIT_ACTS = ("relu", "gelu", "gelu_new", "silu")   # act(z) - act(-z) = z: the split in `mlp_diameter` holds
@@ -116,7 +118,8 @@ def mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
     lip = ld.const(name + "lip", lambda: s_out * act * s_in * ln.lip)
     diameter = (ld.optional(name + "diameter", lambda: mlp_diameter(B, model, layer, ln, s_in, s_out, power))
                 if model.config.act_fn in SPLIT_ACTS else None)
-    return MLPBounds(centre, radius, out, lip, diameter)
+    split = model.config.act_fn in SPLIT_ACTS
+    return MLPBounds(centre, radius, out, lip, diameter, (s_in, s_out) if split else None)
 
 
 def gated_mlp(B, ld, model, layer, ln: LNMap, power) -> MLPBounds:
