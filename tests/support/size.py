@@ -261,7 +261,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # The two checker functions over ~45 code lines split, one obligation each (screen.cubic_sets' blocks as
 # screen.block_sets, with each c's ends computed once for every block; refine.coupled_groups' chunks as
 # refine.chunk_proofs): accuracy +9.
-BUDGETS = {"kernel": 2233, "exact": 993, "prediction": 252, "overwhelm": 764, "accuracy": 1309, "influence": 1250}
+# refine.mixed_screened's terms once per distinct (m, q, S) (refine.query_terms) and the two forms of the bound
+# each on its own entries (refine.screened_bounds): accuracy +11.
+BUDGETS = {"kernel": 2233, "exact": 993, "prediction": 252, "overwhelm": 764, "accuracy": 1320, "influence": 1250}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -249,6 +249,46 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     if not flat:
         return flat, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), []
     (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
+    groups = {}                                 # the distinct (m, q, S): entries of one case differ in b only
+    g = np.array([groups.setdefault((m, q, tuple(S)), len(groups)) for (m, q, _), S, _ in flat], dtype=np.int64)
+    Mg, Qg = (np.array([key[j] for key in groups], dtype=np.int64) for j in range(2))
+    lens = [len(key[2]) for key in groups]
+    R, T = np.repeat(np.arange(len(groups)), lens), np.fromiter(chain(*(key[2] for key in groups)), np.int64)
+    Mx, Qx, Bk = query_terms(Sc, n, Mg, Qg, R, T)
+    Mx, Qx, beta_S = Mx[g], Qx[g], np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)[g]
+    K = sets.K[M, Q, C]
+    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
+        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
+    else:
+        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
+    bound = np.empty(len(flat), dtype=np.int64)
+    for j in (np.nonzero(B == C)[0], np.nonzero(B < C)[0]):      # the two forms of `mixed_bound`, each on its own
+        bound[j] = screened_bounds(Sc, n, Q[j], C[j], B[j], Mx[j], Qx[j], beta_S[j], beta_K[j])
+    inS = np.zeros((len(groups), v), dtype=bool)
+    inS[R, T] = True
+    return flat, bound < 0, (K & inS[g]).any(axis=1), K.sum(axis=1).tolist()
+
+
+def screened_bounds(Sc, n: int, Q, C, B, Mx, Qx, beta_S, beta_K):
+    """The int64 `mixed_bound` of each entry from its terms (`mixed_screened`'s): every entry has B == C
+    (all c keys in S) or every entry has B < C (b keys in S, c - b in K); the caller splits them."""
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    pure, corners = [], []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        if len(B) and B[0] == C[0]:
+            pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+        else:
+            corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
+                        for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    return np.maximum(*pure) if pure else np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K)
+
+
+def query_terms(Sc, n: int, M, Q, R, T) -> tuple:
+    """`mixed_screened`'s per-(m, q, S) int64 terms, rows over x != m: Mx and Qx (`key_bounds`' slopes and
+    intercepts of the max token's and the query's terms) per group (M, Q), and Bk the key terms of each
+    group's tokens T (token j of group R[j])."""
+    v = Sc.V["EU"][0].shape[1]
     cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
@@ -257,31 +297,11 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
     EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
-    EU_Pn = EU + Pn[:, cols][M, M]                                      # per entry; rows of it per token below
+    EU_Pn = EU + Pn[:, cols][M, M]                                      # per group; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
     Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
-    lens = [len(S) for _, S, _ in flat]
-    R = np.repeat(np.arange(len(flat)), lens)
-    T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
-    Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
-    beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    K = sets.K[M, Q, C]
-    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
-        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
-    else:
-        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
-    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
-    pure, corners = [], []
-    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
-        base = u * Mx + Qx
-        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
-        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
-                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
-    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
-    inS = np.zeros((len(flat), v), dtype=bool)
-    inS[R, T] = True
-    return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
+    return Mx, Qx, upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
