@@ -608,6 +608,31 @@ def test_mixed_entries_one_line_test_refuses_what_the_field_checks_refuse():
     assert [S for entries in read.values() for S, _ in entries] == [[0, 2]] * 4
 
 
+def test_pattern_entries_one_line_test_refuses_what_the_field_checks_refuse():
+    """parse_patterns' one-line test of an entry and refine.pattern_fields (each field, named) agree: on a sweep
+    of values, types (bools, floats, strings, None) and shapes, an entry either passes both (and is read as
+    {(m, q, P): (rule, fillings)}) or parse_patterns refuses it with pattern_fields' message."""
+    n, v = 4, 6
+    vals = [-1, 0, 1, 2, 5, 6, 7, 8, True, False, 1.0, "1", None]
+    for m, q, mask in itertools.product(vals, vals, vals):
+        for e in ([m, q, mask, "d"], [m, q, mask, "e", ""], [m, q, mask, "e"], [m, q, mask, "d", ""],
+                  [m, q, mask, "x"], (m, q, mask, "d"), [m, q, mask]):
+            try:
+                refine.pattern_fields(e, "evidence.patterns[1]", n, v)
+            except BadInput as x:
+                with pytest.raises(BadInput) as got:
+                    refine.parse_patterns([[3, 0, 0, "d"], e], {}, n, v)
+                assert str(got.value) == str(x), e
+                continue
+            try:
+                read = refine.parse_patterns([[3, 0, 0, "d"], e], {}, n, v)
+            except BadInput as x:         # the pattern or its position set: parse_patterns' own tests
+                assert "no such position pattern" in str(x) or "split twice" in str(x), (e, x)
+                continue
+            P = tuple(i for i in range(n - 1) if mask >> i & 1)
+            assert read[(m, q, P)][0] == e[3] and (e[3] == "d" or read[(m, q, P)][1].shape == (0, len(P))), e
+
+
 def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):
     """A case split both ways would credit its inputs twice; two mixed entries of one case and one b must
     have disjoint sets."""

@@ -264,7 +264,8 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # refine.mixed_screened's terms once per distinct (m, q, S) (refine.query_terms) and the two forms of the bound
 # each on its own entries (refine.screened_bounds): accuracy +11.
 # envelope._flat_rows (a list of rows of JSON scalars passed by C-level passes, not a walk per row): kernel +7.
-BUDGETS = {"kernel": 2240, "exact": 993, "prediction": 252, "overwhelm": 764, "accuracy": 1320, "influence": 1250}
+# parse_patterns' one-line entry test with refine.pattern_fields naming the field at fault: accuracy +5.
+BUDGETS = {"kernel": 2240, "exact": 993, "prediction": 252, "overwhelm": 764, "accuracy": 1325, "influence": 1250}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 

@@ -147,28 +147,38 @@ def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
     """evidence.patterns as {(m, q, P): rule} (P a tuple of positions), within the limits."""
     if not isinstance(entries, list) or len(entries) > v * v * (1 << (n - 1)):
         raise BadInput(f"evidence.patterns: must be a list of at most {v * v * (1 << (n - 1))} entries")
+    shapes = [tuple(i for i in range(n - 1) if mask >> i & 1) for mask in range(1 << (n - 1))]
     out, work, hints = {}, 0, []
     for j, entry in enumerate(entries):
-        where = f"evidence.patterns[{j}]"
-        if not isinstance(entry, list) or (len(entry), entry[3:4]) not in ((4, ["d"]), (5, ["e"])):
-            raise BadInput(f"{where}: must be [m, q, posmask, \"d\"] or [m, q, posmask, \"e\", unclaimed]")
-        m = parse_int(entry[0], where + ".m", 0, v - 1)
-        q = parse_int(entry[1], where + ".q", 0, m)
-        mask = parse_int(entry[2], where + ".posmask", 0, (1 << (n - 1)) - 1)
-        P = tuple(i for i in range(n - 1) if mask >> i & 1)
+        if not (type(entry) is list and (len(entry), entry[3:4]) in ((4, ["d"]), (5, ["e"])) and type(entry[0])
+                is type(entry[1]) is type(entry[2]) is int and 0 <= entry[1] <= entry[0] < v and 0 <= entry[2] < len(shapes)):
+            pattern_fields(entry, f"evidence.patterns[{j}]", n, v)     # else the field at fault, named
+        m, q, P = entry[0], entry[1], shapes[entry[2]]
         if (q < m and len(P) == n - 1) or (m == 0 and P) or len(P) > MAX_PATTERN_POSITIONS:
-            raise BadInput(f"{where}: no such position pattern (at most {MAX_PATTERN_POSITIONS} positions, "
-                           f"one holding m when q < m)")
+            raise BadInput(f"evidence.patterns[{j}]: no such position pattern (at most {MAX_PATTERN_POSITIONS} "
+                           f"positions, one holding m when q < m)")
         if (m, q, len(P)) in mixed or (m, q, P) in out:
-            raise BadInput(f"{where}: {case_name(m, q, len(P))} is split twice")
+            raise BadInput(f"evidence.patterns[{j}]: {case_name(m, q, len(P))} is split twice")
         work += m ** len(P)
         out[(m, q, P)] = (entry[3], None)
-        hints += [(entry[4], where + ".unclaimed", m, len(P), (m, q, P))] if entry[3] == "e" else []
+        if entry[3] == "e":
+            hints.append((entry[4], f"evidence.patterns[{j}].unclaimed", m, len(P), (m, q, P)))
     if work > MAX_PATTERN_WORK:
         raise BadInput(f"evidence.patterns: {show(work)} inputs in the pattern groups exceed {MAX_PATTERN_WORK}")
     for (*_, key), fillings in zip(hints, parse_unclaimed(hints, v)):
         out[key] = ("e", fillings)
     return out
+
+
+def pattern_fields(entry, where: str, n: int, v: int):
+    """Raise BadInput naming the first field of a pattern entry that is malformed or out of range (the shape
+    [m, q, posmask, "d"] or [m, q, posmask, "e", unclaimed], m in [0, v-1], q in [0, m], posmask in
+    [0, 2^(n-1) - 1]); `parse_patterns` calls it on an entry its one-line test of the same conditions refuses."""
+    if not isinstance(entry, list) or (len(entry), entry[3:4]) not in ((4, ["d"]), (5, ["e"])):
+        raise BadInput(f"{where}: must be [m, q, posmask, \"d\"] or [m, q, posmask, \"e\", unclaimed]")
+    m = parse_int(entry[0], where + ".m", 0, v - 1)
+    parse_int(entry[1], where + ".q", 0, m)
+    parse_int(entry[2], where + ".posmask", 0, (1 << (n - 1)) - 1)
 
 
 NIBBLE = np.full(256, 16, dtype=np.uint8)      # a lowercase hex digit's value; 16 marks any other byte
@@ -197,7 +207,7 @@ def parse_unclaimed(hints, v: int) -> list:
     if len(above):
         _, where, m, *_ = hints[int(np.searchsorted(ends, above[0], side="right"))]
         raise BadInput(f"{where}: a token is not below the group's max token m = {m}")
-    return [t.reshape(len(t) // h[3] if h[3] else 0, h[3]) for t, h in zip(np.split(tokens, ends[:-1]), hints)]
+    return [tokens[e - c:e].reshape(c // h[3] if h[3] else 0, h[3]) for c, e, h in zip(counts, ends.tolist(), hints)]
 
 
 # ------------------------------------------------------------------------------------------ mixed cases
