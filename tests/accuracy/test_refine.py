@@ -246,6 +246,14 @@ def test_outside_fillings_are_every_filling_outside_K_once():
                 assert sorted(got) == sorted(want) and len(got) == len(set(got)), (m, K, k)
 
 
+def as_sets(cases: dict, n: int, v: int):
+    """{(m, q, c): K} (c >= 1) as the `refine.CubicSets` pattern_weight reads (no all-max input proved)."""
+    K = np.zeros((v, v, n, v), dtype=bool)
+    for (m, q, c), tokens in cases.items():
+        K[m, q, c, tokens] = True
+    return refine.CubicSets(K, np.zeros((v, v), dtype=bool))
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_batched_pattern_groups_credit_what_each_group_credits(tiny, monkeypatch, weighted):
     """pattern_weight settles the groups of 1 or 2 free positions per position pattern for many queries at
@@ -286,7 +294,7 @@ def test_batched_pattern_groups_credit_what_each_group_credits(tiny, monkeypatch
     for stack in (2, v):                         # queries per stack
         monkeypatch.setattr(refine, "QUERY_ELEMENTS", stack * n * v * v)
         ob = Obligations()
-        assert refine.pattern_weight(T, cases, patterns, dist, ob) == weight
+        assert refine.pattern_weight(T, as_sets(cases, n, v), patterns, dist, ob) == weight
         assert ob.figure("inputs credited by pattern groups") == count
     assert count_e == truth > 0
 

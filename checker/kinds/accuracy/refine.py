@@ -409,10 +409,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             pending, batches = {q: [] for q in views}, {}
             for q in views:
                 for (m, _, P), rule, unclaimed in by_query[q]:
-                    K = cases.get((m, q, len(P)), [])
-                    if 0 < len(P) <= 2:
-                        batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P), rule, unclaimed, q))
+                    if 0 < len(P) <= 2:          # K as its row of booleans (`grid_fillings`)
+                        batches.setdefault(P, []).append((m, cases.K[m, q, len(P)], fixed_weight(dist, m, q, P),
+                                                          rule, unclaimed, q))
                         continue
+                    K = cases.get((m, q, len(P)), [])
                     w, counted, left = pattern_credit(tables, views[q], (m, q, P), K, (rule, unclaimed), dist)
                     weight, tally[0] = weight + w, tally[0] + counted
                     pending[q] += [left] if left else []
@@ -443,7 +444,9 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     fixed_w = fixed_weight(dist, m, q, P)
     if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
         stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
-        w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
+        inK = np.zeros(tables["v"], dtype=bool)
+        inK[K] = True
+        w, counted, left = coupled_groups(stack, P, [(m, inK, fixed_w, rule, unclaimed, q)], dist)
         return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     fillings = outside_fillings(m, K, len(P))
@@ -482,7 +485,8 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
-    """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] of one
+    """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] (K the cubic set
+    as booleans over the tokens, a row of `CubicSets.K`) of one
     position pattern P with |P| <= 2 (stack: a `rows.stacked_view` and each query's index in it), every
     filling of each at once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays,
     GRID_BANDS chunks by max token at most): the top-2 bound
@@ -545,9 +549,7 @@ def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
 def grid_fillings(chunk, ms, k: int, v: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
     positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
-    inK = np.zeros((len(ms), v), dtype=bool)
-    inK[np.repeat(np.arange(len(ms)), [len(g[1]) for g in chunk]), list(chain.from_iterable(g[1] for g in chunk))] \
-        = True
+    inK = np.array([g[1] for g in chunk])[:, :v]
     valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
     for j in range(k):
         valid &= np.arange(v).reshape(grid_axes(j, 1, k, v)) < ms.reshape(grid_axes(-1, len(ms), k, v))
