@@ -345,12 +345,15 @@ def test_unclaimed_hint_parses_to_its_fillings():
 
 def test_top_two_is_the_max_over_the_other_entries():
     """rows.top_two: X[..., m] = max_{x != m} M[..., x], against the definition, on random int64 rows with
-    many ties (the maximum attained once, twice, everywhere) and huge magnitudes."""
+    many ties (the maximum attained once, twice, everywhere) and huge magnitudes, as rows of a matrix and of a
+    3-d array; M itself is unchanged (`row_tops` restores the entries it masks)."""
     rng = np.random.default_rng(3)
     for width in (2, 3, 5, 64):
         M = rng.integers(-3, 3, size=(200, width)) * (1 << 60) // 4 + rng.integers(-2, 2, size=(200, width))
         want = np.array([[max(row[:m].tolist() + row[m + 1:].tolist()) for m in range(width)] for row in M])
-        assert (rows.top_two(M) == want).all()
+        before = M.copy()
+        assert (rows.top_two(M) == want).all() and (M == before).all()
+        assert (rows.top_two(M.reshape(20, 10, width)) == want.reshape(20, 10, width)).all() and (M == before).all()
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):

@@ -102,12 +102,23 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
 
 
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at its only
-    entry equal to it, where the largest of the others (a maximum attained twice is its own second)."""
-    top = M.max(axis=-1, keepdims=True)
-    eq = M == top
-    second = np.where(eq, np.iinfo(np.int64).min, M).max(axis=-1, keepdims=True)
-    return np.where(eq & (eq.sum(axis=-1, keepdims=True) == 1), second, top)
+    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at the first
+    index of it, where the largest of the others (`row_tops`; the largest again when it is attained twice)."""
+    top, second, arg = row_tops(M)
+    return np.where(np.arange(M.shape[-1]) == arg[..., None], second[..., None], top[..., None])
+
+
+def row_tops(M) -> tuple:
+    """(top, second, arg) of each row of M (int64, last axis, at least two columns): its largest, the largest of
+    the others (the largest again when it is attained twice) and the first index of the largest. The largest
+    entries are set to the int64 minimum for the second's max, then restored: M is unchanged after."""
+    arg = M.argmax(axis=-1)
+    at = tuple(np.indices(arg.shape, sparse=True)) + (arg,)
+    top = M[at]
+    M[at] = np.iinfo(np.int64).min
+    second = M.max(axis=-1)
+    M[at] = top
+    return top, second, arg
 
 
 def align(x, s, up: bool):
