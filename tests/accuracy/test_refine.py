@@ -235,6 +235,39 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     assert credited_any > 0
 
 
+def exact_value_tables(model) -> dict:
+    """EU, EVOU, PVOU of a 1-layer attention-only model in exact rationals (tables.py's formulas, head 0)."""
+    t, n = model.tensors, model.config.n_ctx
+    F = lambda a: [[Fraction(float(x)) for x in row] for row in np.atleast_2d(np.asarray(a, dtype=np.float64))]
+    mul = lambda A, B: [[sum(a * b for a, b in zip(row, col)) for col in zip(*B)] for row in A]
+    add = lambda A, B: [[a + b for a, b in zip(r, s)] for r, s in zip(A, B)]
+    E, P, W_U = F(t["embed.W_E"]), F(t["pos_embed.W_pos"]), F(t["unembed.W_U"])
+    OU = mul(F(t["blocks.0.attn.W_O"][0]), W_U)
+    VOU = mul(F(t["blocks.0.attn.W_V"][0]), OU)
+    const = add(mul(add(mul(F(t["blocks.0.attn.b_V"][0]), F(t["blocks.0.attn.W_O"][0])), F(t["blocks.0.attn.b_O"])),
+                    W_U), F(t["unembed.b_U"]))
+    EU = add(mul(add(E, [P[n - 1]] * len(E)), W_U), const * len(E))
+    return {"EU": EU, "EVOU": mul(E, VOU), "PVOU": mul(P, VOU)}
+
+
+def test_library_products_tables_enclose_the_exact_tables(tiny, monkeypatch):
+    """float_tables(library=True) (brute force's and refine's tables: Arb's own products, the exact product
+    layer off) builds its interval tables on a backend without the exact layer, and its float64 ends enclose
+    EU, EVOU, PVOU computed in exact rationals; its numerators' ends overlap those of the exact layer's tables
+    (both enclose the same reals)."""
+    import tcert.checker.kinds.accuracy.tables as tables
+    _, model, _, _ = tiny
+    real, seen = tables.interval_tables, []
+    monkeypatch.setattr(tables, "interval_tables", lambda B, m, eqke=True: seen.append(B.exact) or real(B, m, eqke))
+    lib, layer = (tables.float_tables(make_backend("flint"), model, library=k) for k in (True, False))
+    assert seen == [False, True]
+    for name, exact in exact_value_tables(model).items():
+        lo, hi = lib["ends"][name]
+        assert all(Fraction(lo[i, j]) <= x <= Fraction(hi[i, j]) for i, row in enumerate(exact) for j, x in enumerate(row))
+    for key in ("e", "pw"):
+        assert (lib["ends"][key][0] <= layer["ends"][key][1]).all() and (layer["ends"][key][0] <= lib["ends"][key][1]).all()
+
+
 def test_outside_fillings_are_every_filling_outside_K_once():
     """refine.outside_fillings lists every filling of k positions below m that is not all in K, exactly once
     (exhaustive over small m, every K and k = 0..3)."""

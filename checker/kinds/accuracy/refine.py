@@ -60,7 +60,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = float_tables(B, model)
+        tables = float_tables(B, model, library=True)
     values = {}                  # cubic's per-max-token value bounds, for the mixed entries' exact evaluation
     cases, weight = cubic_weight(tables, dist, ob)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
