@@ -25,7 +25,8 @@ CHUNK = 4096                # inputs per vectorised full test (bounds memory: CH
 
 class Rows(NamedTuple):
     """One query's tables at exponent E[i, t] (n, v): Hl <= w_i[t] V_i[t,x] <= Hh (n, v, v), and the top-2
-    bound D[i, t, m] >= max_{x != m} H_i[t,x] - H_i[t,m] (from the top two of each Hh row)."""
+    bound D[i, t, m] >= max_{x != m} H_i[t,x] - H_i[t,m] (from the top two of each Hh row) for the non-query
+    positions i < n-1 (n-1, v, v): the query position holds q in every input, it is never a free position."""
 
     Hl: np.ndarray
     Hh: np.ndarray
@@ -98,7 +99,7 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
     np.maximum(Hh, wl * Vh, out=Hh)
     np.minimum(Hl, wh * Vl, out=Hl)
-    return Rows(Hl, Hh, E, top_two(Hh) - Hl)
+    return Rows(Hl, Hh, E, top_two(Hh[:, : n - 1]) - Hl[:, : n - 1])
 
 
 def top_two(M):
@@ -172,7 +173,7 @@ def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[..., None], True)
+    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[:, : n - 1, :, None], True)
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
