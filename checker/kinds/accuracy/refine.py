@@ -472,8 +472,13 @@ def outside_fillings(m: int, K, k: int):
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
     axes = lambda j: [np.nonzero(inK)[0]] * j + [np.nonzero(~inK)[0]] + [np.arange(m)] * (k - j - 1)
-    return np.concatenate([np.stack([g.ravel() for g in np.meshgrid(*axes(j), indexing="ij")], axis=1)
-                           for j in range(k)]).astype(np.int64)
+    parts = []
+    for ax in map(axes, range(k)):             # each group's product, its columns filled by broadcasting
+        out = np.empty(tuple(len(a) for a in ax) + (k,), dtype=np.int64)
+        for i, a in enumerate(ax):
+            out[..., i] = a.reshape((-1,) + (1,) * (k - i - 1))
+        parts.append(out.reshape(-1, k))
+    return np.concatenate(parts)
 
 
 def fixed_weight(dist, m: int, q: int, P) -> int:
