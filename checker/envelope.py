@@ -21,6 +21,7 @@ are strings.
 import json
 import os
 import re
+from itertools import chain
 
 from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
@@ -35,6 +36,7 @@ _SHA = re.compile(r"[0-9a-f]{64}\Z")
 ENVELOPE_KEYS = {"format", "version", "kind", "model_sha256", "claim", "evidence"}
 OPTIONAL_KEYS = {"statement", "model", "generator"}
 MAX_STATEMENT = 1 << 20
+_SCALARS = {str, int, bool, type(None)}    # JSON scalars as json.loads gives them (floats: _Float)
 
 
 class _Float:
@@ -75,9 +77,20 @@ def _check_tree(value, where, depth, allow_float):
     elif isinstance(value, list):
         if len(value) > MAX_ARRAY:
             raise BadInput(f"certificate: {where}: array longer than {MAX_ARRAY}")
+        if _flat_rows(value, depth):
+            return
         for i, v in enumerate(value):
             if depth >= MAX_DEPTH or isinstance(v, (dict, list, _Float)):
                 _check_tree(v, f"{where}[{i}]", depth + 1, allow_float)
+
+
+def _flat_rows(value: list, depth: int) -> bool:
+    """Whether the list `value` at `depth` is a non-empty list of lists of JSON scalars (str, int, bool, None)
+    that `_check_tree` passes: each row within the depth (depth + 1 < MAX_DEPTH, so its scalars are not
+    visited) and length limits. Read by C-level passes (map, set), not a call per row: a refine certificate's
+    thousands of entries (seed123's envelope: 4.4 -> 0.8 ms). False sends the list to the general walk."""
+    return (depth + 2 <= MAX_DEPTH and bool(value) and set(map(type, value)) == {list}
+            and max(map(len, value)) <= MAX_ARRAY and set(map(type, chain.from_iterable(value))) <= _SCALARS)
 
 
 def parse_certificate_bytes(data: bytes, max_memory: int = MAX_JSON_MEMORY) -> dict:

@@ -188,7 +188,7 @@ def checker_cubic_sets(model, dist) -> tuple:
     """The cubic sets the checker derives ({(m, q, c): K}, `tcert.checker.kinds.accuracy.refine.cubic_weight`)
     and their summed weight numerators: computed by the checker's own code on its rigorous tables, so that
     the mixed and pattern entries refine exactly the sets the checker will credit."""
-    tables = checker_tables.float_tables(make_backend("flint"), model)
+    tables = checker_tables.float_tables(make_backend("flint"), model, library=True)    # as refine.certified
     return cubic_weight(tables, dist, Obligations())
 
 

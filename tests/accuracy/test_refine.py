@@ -235,6 +235,39 @@ def test_every_pattern_group_credits_only_correct_inputs(tiny, rule):
     assert credited_any > 0
 
 
+def exact_value_tables(model) -> dict:
+    """EU, EVOU, PVOU of a 1-layer attention-only model in exact rationals (tables.py's formulas, head 0)."""
+    t, n = model.tensors, model.config.n_ctx
+    F = lambda a: [[Fraction(float(x)) for x in row] for row in np.atleast_2d(np.asarray(a, dtype=np.float64))]
+    mul = lambda A, B: [[sum(a * b for a, b in zip(row, col)) for col in zip(*B)] for row in A]
+    add = lambda A, B: [[a + b for a, b in zip(r, s)] for r, s in zip(A, B)]
+    E, P, W_U = F(t["embed.W_E"]), F(t["pos_embed.W_pos"]), F(t["unembed.W_U"])
+    OU = mul(F(t["blocks.0.attn.W_O"][0]), W_U)
+    VOU = mul(F(t["blocks.0.attn.W_V"][0]), OU)
+    const = add(mul(add(mul(F(t["blocks.0.attn.b_V"][0]), F(t["blocks.0.attn.W_O"][0])), F(t["blocks.0.attn.b_O"])),
+                    W_U), F(t["unembed.b_U"]))
+    EU = add(mul(add(E, [P[n - 1]] * len(E)), W_U), const * len(E))
+    return {"EU": EU, "EVOU": mul(E, VOU), "PVOU": mul(P, VOU)}
+
+
+def test_library_products_tables_enclose_the_exact_tables(tiny, monkeypatch):
+    """float_tables(library=True) (brute force's and refine's tables: Arb's own products, the exact product
+    layer off) builds its interval tables on a backend without the exact layer, and its float64 ends enclose
+    EU, EVOU, PVOU computed in exact rationals; its numerators' ends overlap those of the exact layer's tables
+    (both enclose the same reals)."""
+    import tcert.checker.kinds.accuracy.tables as tables
+    _, model, _, _ = tiny
+    real, seen = tables.interval_tables, []
+    monkeypatch.setattr(tables, "interval_tables", lambda B, m, eqke=True: seen.append(B.exact) or real(B, m, eqke))
+    lib, layer = (tables.float_tables(make_backend("flint"), model, library=k) for k in (True, False))
+    assert seen == [False, True]
+    for name, exact in exact_value_tables(model).items():
+        lo, hi = lib["ends"][name]
+        assert all(Fraction(lo[i, j]) <= x <= Fraction(hi[i, j]) for i, row in enumerate(exact) for j, x in enumerate(row))
+    for key in ("e", "pw"):
+        assert (lib["ends"][key][0] <= layer["ends"][key][1]).all() and (layer["ends"][key][0] <= lib["ends"][key][1]).all()
+
+
 def test_outside_fillings_are_every_filling_outside_K_once():
     """refine.outside_fillings lists every filling of k positions below m that is not all in K, exactly once
     (exhaustive over small m, every K and k = 0..3)."""
@@ -244,6 +277,14 @@ def test_outside_fillings_are_every_filling_outside_K_once():
                 got = [tuple(f) for f in refine.outside_fillings(m, list(K), k).tolist()]
                 want = [f for f in itertools.product(range(m), repeat=k) if not (k and all(t in K for t in f))]
                 assert sorted(got) == sorted(want) and len(got) == len(set(got)), (m, K, k)
+
+
+def as_sets(cases: dict, n: int, v: int):
+    """{(m, q, c): K} (c >= 1) as the `refine.CubicSets` pattern_weight reads (no all-max input proved)."""
+    K = np.zeros((v, v, n, v), dtype=bool)
+    for (m, q, c), tokens in cases.items():
+        K[m, q, c, tokens] = True
+    return refine.CubicSets(K, np.zeros((v, v), dtype=bool))
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -286,7 +327,7 @@ def test_batched_pattern_groups_credit_what_each_group_credits(tiny, monkeypatch
     for stack in (2, v):                         # queries per stack
         monkeypatch.setattr(refine, "QUERY_ELEMENTS", stack * n * v * v)
         ob = Obligations()
-        assert refine.pattern_weight(T, cases, patterns, dist, ob) == weight
+        assert refine.pattern_weight(T, as_sets(cases, n, v), patterns, dist, ob) == weight
         assert ob.figure("inputs credited by pattern groups") == count
     assert count_e == truth > 0
 
@@ -337,12 +378,15 @@ def test_unclaimed_hint_parses_to_its_fillings():
 
 def test_top_two_is_the_max_over_the_other_entries():
     """rows.top_two: X[..., m] = max_{x != m} M[..., x], against the definition, on random int64 rows with
-    many ties (the maximum attained once, twice, everywhere) and huge magnitudes."""
+    many ties (the maximum attained once, twice, everywhere) and huge magnitudes, as rows of a matrix and of a
+    3-d array; M itself is unchanged (`row_tops` restores the entries it masks)."""
     rng = np.random.default_rng(3)
     for width in (2, 3, 5, 64):
         M = rng.integers(-3, 3, size=(200, width)) * (1 << 60) // 4 + rng.integers(-2, 2, size=(200, width))
         want = np.array([[max(row[:m].tolist() + row[m + 1:].tolist()) for m in range(width)] for row in M])
-        assert (rows.top_two(M) == want).all()
+        before = M.copy()
+        assert (rows.top_two(M) == want).all() and (M == before).all()
+        assert (rows.top_two(M.reshape(20, 10, width)) == want.reshape(20, 10, width)).all() and (M == before).all()
 
 
 def test_int64_rows_bound_the_exact_terms(tiny):
@@ -373,9 +417,10 @@ def test_int64_rows_bound_the_exact_terms(tiny):
                 H_hi = [max(w[0] * V_hi[x], w[1] * V_hi[x]) for x in range(v)]
                 for x in range(v):
                     assert int(R.Hl[i, t, x]) * scale <= H_lo[x] and H_hi[x] <= int(R.Hh[i, t, x]) * scale
-                for m in range(v):
+                for m in range(v) if i < n - 1 else ():          # D: the non-query positions only
                     gap = max(H_hi[x] - H_lo[m] for x in range(v) if x != m)
                     assert gap <= int(R.D[i, t, m]) * scale
+    assert R.D.shape == (n - 1, v, v)
 
 
 # --------------------------------------------------------------------------- certificates, random and edited
@@ -606,6 +651,31 @@ def test_mixed_entries_one_line_test_refuses_what_the_field_checks_refuse():
             assert refine.parse_mixed([[4, 2, 1, "1", 1], e], n, v)[(m, q, c)][-1] == ([0, 1], b), e
     read = refine.parse_mixed([[3, 1, 1, "5", 1], [4, 1, 1, "5", 1], [3, 0, 1, "5", 1], [5, 5, 1, "5", 1]], n, v)
     assert [S for entries in read.values() for S, _ in entries] == [[0, 2]] * 4
+
+
+def test_pattern_entries_one_line_test_refuses_what_the_field_checks_refuse():
+    """parse_patterns' one-line test of an entry and refine.pattern_fields (each field, named) agree: on a sweep
+    of values, types (bools, floats, strings, None) and shapes, an entry either passes both (and is read as
+    {(m, q, P): (rule, fillings)}) or parse_patterns refuses it with pattern_fields' message."""
+    n, v = 4, 6
+    vals = [-1, 0, 1, 2, 5, 6, 7, 8, True, False, 1.0, "1", None]
+    for m, q, mask in itertools.product(vals, vals, vals):
+        for e in ([m, q, mask, "d"], [m, q, mask, "e", ""], [m, q, mask, "e"], [m, q, mask, "d", ""],
+                  [m, q, mask, "x"], (m, q, mask, "d"), [m, q, mask]):
+            try:
+                refine.pattern_fields(e, "evidence.patterns[1]", n, v)
+            except BadInput as x:
+                with pytest.raises(BadInput) as got:
+                    refine.parse_patterns([[3, 0, 0, "d"], e], {}, n, v)
+                assert str(got.value) == str(x), e
+                continue
+            try:
+                read = refine.parse_patterns([[3, 0, 0, "d"], e], {}, n, v)
+            except BadInput as x:         # the pattern or its position set: parse_patterns' own tests
+                assert "no such position pattern" in str(x) or "split twice" in str(x), (e, x)
+                continue
+            P = tuple(i for i in range(n - 1) if mask >> i & 1)
+            assert read[(m, q, P)][0] == e[3] and (e[3] == "d" or read[(m, q, P)][1].shape == (0, len(P))), e
 
 
 def test_mixed_and_patterns_of_one_case_are_refused(shipped_tiny):

@@ -221,6 +221,23 @@ def test_array_length_limit(monkeypatch):
     bad(raw(cert(evidence={"a": ["1"] * 1001})), "array longer than 1000")
 
 
+def test_rows_of_scalars_fast_path(monkeypatch):
+    """`_flat_rows` (lists of rows of scalars, a refine certificate's entries, passed without a walk per row)
+    refuses what the general walk refuses: a float, a dict or a list inside a row or beside the rows, a row
+    longer than MAX_ARRAY, rows whose scalars would pass MAX_DEPTH (test_nesting_depth_limit: the innermost
+    lists of nested(d + 1) are such rows)."""
+    rows = [[1, "0x1p-3", True, None], ["e", 2]]
+    parse_certificate_bytes(raw(cert(evidence={"mixed": rows})))
+    for bad_rows in (rows + [["1", 1.5]], rows + [[{"x": "1"}]], rows + [[["1"]] * 2], rows + [{"x": 1.5}],
+                     rows + [1.5]):
+        assert not envelope._flat_rows(bad_rows, 2)
+    bad(raw(cert(evidence={"mixed": rows + [["1", 1.5]]})), "JSON float")
+    bad(raw(cert(evidence={"mixed": rows + [{"x": 1.5}]})), "JSON float")
+    assert envelope._flat_rows(rows, envelope.MAX_DEPTH - 2) and not envelope._flat_rows(rows, envelope.MAX_DEPTH - 1)
+    monkeypatch.setattr(envelope, "MAX_ARRAY", 3)
+    bad(raw(cert(evidence={"mixed": [["1", "2"], ["1", "2", "3", "4"]]})), "array longer than 3")
+
+
 def test_default_array_limit():
     """The array-length limit in force is 50,000,000 elements."""
     assert envelope.MAX_ARRAY == 50_000_000 and envelope.MAX_DEPTH == 32

@@ -32,7 +32,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     if v ** n > MAX_BRUTE_INPUTS:
         raise BadInput(f"evidence: brute force over {v}^{n} inputs exceeds the limit {MAX_BRUTE_INPUTS}")
     with ob.step("accuracy brute: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = float_tables(B, model)
+        tables = float_tables(B, model, library=True)
     with ob.step("accuracy brute: every input") as fig:
         total, tally = correct_weight(tables, dist)
         fig["inputs decided"] = v ** n

@@ -35,22 +35,23 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.envelope import fields
-from tcert.checker.errors import BadInput, Rejected
+from tcert.checker.errors import Rejected
 from tcert.checker.kinds.accuracy import cubic
 from tcert.checker.kinds.accuracy.cases import case_name
+# the evidence's readers and limits (refine_parse.py), also read here as refine.<name>
+from tcert.checker.kinds.accuracy.refine_parse import (MAX_PATTERN_POSITIONS, MAX_PATTERN_WORK,  # noqa: F401
+                                                        MAX_UNCLAIMED_DIGITS, mixed_fields, parse_mixed,
+                                                        parse_patterns, parse_unclaimed, pattern_fields)
 from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
                                                 stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import cubic_sets, screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, float_tables, mul_upper, position_sums
-from tcert.checker.numbers import parse_int, show
+from tcert.checker.numbers import show
 
-MAX_PATTERN_POSITIONS = 3     # a pattern's decoupled count enumerates m^(c-1) partial fillings
-MAX_PATTERN_WORK = 1 << 26    # sum over pattern entries of m^c: the inputs rule "e" may enumerate
 GRID_ELEMENTS = 1 << 22       # pattern grids (`coupled_groups`): elements per chunk of groups
 GRID_BANDS = 4               # chunks of groups per pattern batch, by max token (`coupled_groups`)
 QUERY_ELEMENTS = 1 << 20      # query rows stacked at once (`rows.stacked_view`): n d_vocab^2 per query and table
 QUERY_BANDS = 2               # stacks of queries at least, by their groups' largest max token (`pattern_weight`)
-MAX_UNCLAIMED_DIGITS = 1 << 24    # hex digits in all unclaimed hints: parse_unclaimed holds ~16 bytes per digit
 
 
 def certified(B, model, evidence, dist, ob) -> tuple:
@@ -60,7 +61,7 @@ def certified(B, model, evidence, dist, ob) -> tuple:
     mixed = parse_mixed(evidence["mixed"], n, v)
     patterns = parse_patterns(evidence["patterns"], mixed, n, v)
     with ob.step("accuracy refine: rigorous tables (EQKE, EQKP, EU, EVOU, PVOU)"):
-        tables = float_tables(B, model)
+        tables = float_tables(B, model, library=True)
     values = {}                  # cubic's per-max-token value bounds, for the mixed entries' exact evaluation
     cases, weight = cubic_weight(tables, dist, ob)
     weight += mixed_weight(tables, cases, mixed, dist, values, ob)
@@ -102,102 +103,6 @@ def cubic_weight(tables, dist, ob) -> tuple:
         fig["cases with a cubic set"] = int(np.count_nonzero(sizes))
         fig["inputs covered by cubic sets"] = count
     return sets, weight
-
-
-# ------------------------------------------------------------------------------------------- evidence
-
-def parse_mixed(entries, n: int, v: int) -> dict:
-    """evidence.mixed as {(m, q, c): [(S, b), ...]}: two entries of one case with the same b have disjoint
-    sets (entries with different b cover disjoint inputs anyway: every token outside K is in the entry's set,
-    and there are exactly b of them; S disjoint from the case's cubic set K is an obligation, `mixed_weight`)."""
-    if not isinstance(entries, list) or len(entries) > v * v * n * v:
-        raise BadInput(f"evidence.mixed: must be a list of at most {v * v * n * v} entries")
-    out, masks = {}, {}                                   # masks: each (hexmask, m) read once
-    for j, entry in enumerate(entries):
-        where = lambda: f"evidence.mixed[{j}]"
-        if not (type(entry) is list and len(entry) == 5 and type(entry[0]) is type(entry[1]) is type(entry[2])
-                is type(entry[4]) is int and 0 <= entry[1] <= entry[0] < v and entry[0] and 1 <= entry[4] <= entry[2]
-                <= (n - 1 if entry[1] == entry[0] else n - 2)):     # else the field at fault, named:
-            mixed_fields(entry, where(), n, v)
-        m, q, c, b = entry[0], entry[1], entry[2], entry[4]
-        S = masks.get((entry[3], m)) if type(entry[3]) is str else None
-        if S is None:                                     # a non-empty subset of [0, m) (a non-string: refused)
-            S = masks[entry[3], m] = cubic.parse_mask(entry[3], where(), v, m, 1)
-        for S2, b2 in out.get((m, q, c), []):
-            if b2 == b and set(S) & set(S2):
-                raise BadInput(f"{where()}: overlaps another mixed entry of {case_name(m, q, c)}")
-        out.setdefault((m, q, c), []).append((S, b))
-    return out
-
-
-def mixed_fields(entry, where: str, n: int, v: int):
-    """Raise BadInput naming the first field of a mixed entry that is malformed or out of range (m in [1, v-1],
-    q in [0, m], c in [1, n-1] when q = m else [1, n-2], the mask, b in [1, c]); `parse_mixed` calls it on an
-    entry its one-line test of the same conditions refuses."""
-    if not isinstance(entry, list) or len(entry) != 5:
-        raise BadInput(f"{where}: must be [m, q, c, hexmask, b]")
-    m = parse_int(entry[0], where + ".m", 1, v - 1)
-    q = parse_int(entry[1], where + ".q", 0, m)
-    c = parse_int(entry[2], where + ".c", 1, n - 1 if q == m else n - 2)
-    cubic.parse_mask(entry[3], where, v, m, 1)
-    parse_int(entry[4], where + ".b", 1, c)
-
-
-def parse_patterns(entries, mixed: dict, n: int, v: int) -> dict:
-    """evidence.patterns as {(m, q, P): rule} (P a tuple of positions), within the limits."""
-    if not isinstance(entries, list) or len(entries) > v * v * (1 << (n - 1)):
-        raise BadInput(f"evidence.patterns: must be a list of at most {v * v * (1 << (n - 1))} entries")
-    out, work, hints = {}, 0, []
-    for j, entry in enumerate(entries):
-        where = f"evidence.patterns[{j}]"
-        if not isinstance(entry, list) or (len(entry), entry[3:4]) not in ((4, ["d"]), (5, ["e"])):
-            raise BadInput(f"{where}: must be [m, q, posmask, \"d\"] or [m, q, posmask, \"e\", unclaimed]")
-        m = parse_int(entry[0], where + ".m", 0, v - 1)
-        q = parse_int(entry[1], where + ".q", 0, m)
-        mask = parse_int(entry[2], where + ".posmask", 0, (1 << (n - 1)) - 1)
-        P = tuple(i for i in range(n - 1) if mask >> i & 1)
-        if (q < m and len(P) == n - 1) or (m == 0 and P) or len(P) > MAX_PATTERN_POSITIONS:
-            raise BadInput(f"{where}: no such position pattern (at most {MAX_PATTERN_POSITIONS} positions, "
-                           f"one holding m when q < m)")
-        if (m, q, len(P)) in mixed or (m, q, P) in out:
-            raise BadInput(f"{where}: {case_name(m, q, len(P))} is split twice")
-        work += m ** len(P)
-        out[(m, q, P)] = (entry[3], None)
-        hints += [(entry[4], where + ".unclaimed", m, len(P), (m, q, P))] if entry[3] == "e" else []
-    if work > MAX_PATTERN_WORK:
-        raise BadInput(f"evidence.patterns: {show(work)} inputs in the pattern groups exceed {MAX_PATTERN_WORK}")
-    for (*_, key), fillings in zip(hints, parse_unclaimed(hints, v)):
-        out[key] = ("e", fillings)
-    return out
-
-
-NIBBLE = np.full(256, 16, dtype=np.uint8)      # a lowercase hex digit's value; 16 marks any other byte
-NIBBLE[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16)
-
-
-def parse_unclaimed(hints, v: int) -> list:
-    """Rule "e" entries' unclaimed fillings, hints [(text, where, m, k, ...), ...], as (N, k) arrays of tokens
-    below m: each text a lowercase hex string of N * k tokens, each written with as many digits as
-    d_vocab - 1 needs (2 for d_vocab 64), position by position ("" for none; at most m^k fillings). All
-    texts are read in one pass."""
-    w = len(format(v - 1, "x"))
-    for text, where, m, k, *_ in hints:
-        if not isinstance(text, str) or len(text) % max(w * k, 1) or len(text) > w * k * m ** k:
-            raise BadInput(f"{where}: must be a hex string of fillings, {k} tokens of {w} digits each")
-    if sum(len(h[0]) for h in hints) > MAX_UNCLAIMED_DIGITS:
-        raise BadInput(f"evidence.patterns: the unclaimed hints exceed {MAX_UNCLAIMED_DIGITS} hex digits")
-    digit = lambda text: NIBBLE[np.frombuffer(text.encode(), np.uint8)]    # non-ASCII: bytes >= 128, all 16
-    digits = digit("".join(h[0] for h in hints))
-    if np.any(digits == 16):
-        raise BadInput(f"{next(h[1] for h in hints if np.any(digit(h[0]) == 16))}: must be a lowercase hex string")
-    tokens = digits.reshape(-1, w).astype(np.int64) @ (16 ** np.arange(w - 1, -1, -1))
-    counts = [len(h[0]) // w for h in hints]
-    ends = np.cumsum(counts, dtype=np.int64)
-    above = np.nonzero(tokens >= np.repeat(np.array([h[2] for h in hints], dtype=np.int64), counts))[0]
-    if len(above):
-        _, where, m, *_ = hints[int(np.searchsorted(ends, above[0], side="right"))]
-        raise BadInput(f"{where}: a token is not below the group's max token m = {m}")
-    return [t.reshape(len(t) // h[3] if h[3] else 0, h[3]) for t, h in zip(np.split(tokens, ends[:-1]), hints)]
 
 
 # ------------------------------------------------------------------------------------------ mixed cases
@@ -249,6 +154,46 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     if not flat:
         return flat, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), []
     (M, Q, C), B = (np.array([e[0][j] for e in flat], dtype=np.int64) for j in range(3)), np.array([e[2] for e in flat])
+    groups = {}                                 # the distinct (m, q, S): entries of one case differ in b only
+    g = np.array([groups.setdefault((m, q, tuple(S)), len(groups)) for (m, q, _), S, _ in flat], dtype=np.int64)
+    Mg, Qg = (np.array([key[j] for key in groups], dtype=np.int64) for j in range(2))
+    lens = [len(key[2]) for key in groups]
+    R, T = np.repeat(np.arange(len(groups)), lens), np.fromiter(chain(*(key[2] for key in groups)), np.int64)
+    Mx, Qx, Bk = query_terms(Sc, n, Mg, Qg, R, T)
+    Mx, Qx, beta_S = Mx[g], Qx[g], np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)[g]
+    K = sets.K[M, Q, C]
+    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
+        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
+    else:
+        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
+    bound = np.empty(len(flat), dtype=np.int64)
+    for j in (np.nonzero(B == C)[0], np.nonzero(B < C)[0]):      # the two forms of `mixed_bound`, each on its own
+        bound[j] = screened_bounds(Sc, n, Q[j], C[j], B[j], Mx[j], Qx[j], beta_S[j], beta_K[j])
+    inS = np.zeros((len(groups), v), dtype=bool)
+    inS[R, T] = True
+    return flat, bound < 0, (K & inS[g]).any(axis=1), K.sum(axis=1).tolist()
+
+
+def screened_bounds(Sc, n: int, Q, C, B, Mx, Qx, beta_S, beta_K):
+    """The int64 `mixed_bound` of each entry from its terms (`mixed_screened`'s): every entry has B == C
+    (all c keys in S) or every entry has B < C (b keys in S, c - b in K); the caller splits them."""
+    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
+    pure, corners = [], []
+    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
+        base = u * Mx + Qx
+        if len(B) and B[0] == C[0]:
+            pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
+        else:
+            corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
+                        for w in (Sc.small[Q, B], Sc.large[Q, B])]
+    return np.maximum(*pure) if pure else np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K)
+
+
+def query_terms(Sc, n: int, M, Q, R, T) -> tuple:
+    """`mixed_screened`'s per-(m, q, S) int64 terms, rows over x != m: Mx and Qx (`key_bounds`' slopes and
+    intercepts of the max token's and the query's terms) per group (M, Q), and Bk the key terms of each
+    group's tokens T (token j of group R[j])."""
+    v = Sc.V["EU"][0].shape[1]
     cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
@@ -257,31 +202,11 @@ def mixed_screened(tables, sets, mixed) -> tuple:
     EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
     EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
-    EU_Pn = EU + Pn[:, cols][M, M]                                      # per entry; rows of it per token below
+    EU_Pn = EU + Pn[:, cols][M, M]                                      # per group; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
     Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
-    lens = [len(S) for _, S, _ in flat]
-    R = np.repeat(np.arange(len(flat)), lens)
-    T = np.array([k for _, S, _ in flat for k in S], dtype=np.int64)
-    Bk = upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
-    beta_S = np.maximum.reduceat(Bk, np.cumsum([0] + lens[:-1]), axis=0)
-    K = sets.K[M, Q, C]
-    if sets.K is tables.get("cubic sets", (None,))[0]:        # the derived sets: `key_bound` cached (0: K empty)
-        beta_K = np.where(K.any(axis=1), tables["cubic keys"][M, Q, C], 0)
-    else:
-        beta_K = key_bounds_int64(Sc, sets, M, Q, C)
-    P_lo, P_hi = Sc.small[Q, n - 1][:, None], Sc.large[Q, n - 1][:, None]
-    pure, corners = [], []
-    for u in (Sc.small[Q, n - 1 - C][:, None], Sc.large[Q, n - 1 - C][:, None]):
-        base = u * Mx + Qx
-        pure.append((base + upper(P_lo - u, P_hi - u, beta_S)).max(axis=1))
-        corners += [(base + w[:, None] * beta_S).max(axis=1) - (u[:, 0] + w) * beta_K
-                    for w in (Sc.small[Q, B], Sc.large[Q, B])]
-    bound = np.where(B == C, np.maximum(*pure), np.max(corners, axis=0) + upper(P_lo[:, 0], P_hi[:, 0], beta_K))
-    inS = np.zeros((len(flat), v), dtype=bool)
-    inS[R, T] = True
-    return flat, bound < 0, (K & inS).any(axis=1), K.sum(axis=1).tolist()
+    return Mx, Qx, upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
 
 
 def key_bounds_int64(Sc, sets, M, Q, C) -> np.ndarray:
@@ -379,10 +304,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             pending, batches = {q: [] for q in views}, {}
             for q in views:
                 for (m, _, P), rule, unclaimed in by_query[q]:
-                    K = cases.get((m, q, len(P)), [])
-                    if 0 < len(P) <= 2:
-                        batches.setdefault(P, []).append((m, K, fixed_weight(dist, m, q, P), rule, unclaimed, q))
+                    if 0 < len(P) <= 2:          # K as its row of booleans (`grid_fillings`)
+                        batches.setdefault(P, []).append((m, cases.K[m, q, len(P)], fixed_weight(dist, m, q, P),
+                                                          rule, unclaimed, q))
                         continue
+                    K = cases.get((m, q, len(P)), [])
                     w, counted, left = pattern_credit(tables, views[q], (m, q, P), K, (rule, unclaimed), dist)
                     weight, tally[0] = weight + w, tally[0] + counted
                     pending[q] += [left] if left else []
@@ -413,7 +339,9 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     fixed_w = fixed_weight(dist, m, q, P)
     if 0 < len(P) <= 2:                      # every filling at once: the top-2 grid, then (rule "e") coupled
         stack = (Rows(*(a[None] for a in rows)), Eq[None], Dal[None], {q: 0})
-        w, counted, left = coupled_groups(stack, P, [(m, K, fixed_w, rule, unclaimed, q)], dist)
+        inK = np.zeros(tables["v"], dtype=bool)
+        inK[K] = True
+        w, counted, left = coupled_groups(stack, P, [(m, inK, fixed_w, rule, unclaimed, q)], dist)
         return w, counted, left[0][1] if left else None
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     fillings = outside_fillings(m, K, len(P))
@@ -439,8 +367,13 @@ def outside_fillings(m: int, K, k: int):
     inK = np.zeros(m, dtype=bool)
     inK[K] = True
     axes = lambda j: [np.nonzero(inK)[0]] * j + [np.nonzero(~inK)[0]] + [np.arange(m)] * (k - j - 1)
-    return np.concatenate([np.stack([g.ravel() for g in np.meshgrid(*axes(j), indexing="ij")], axis=1)
-                           for j in range(k)]).astype(np.int64)
+    parts = []
+    for ax in map(axes, range(k)):             # each group's product, its columns filled by broadcasting
+        out = np.empty(tuple(len(a) for a in ax) + (k,), dtype=np.int64)
+        for i, a in enumerate(ax):
+            out[..., i] = a.reshape((-1,) + (1,) * (k - i - 1))
+        parts.append(out.reshape(-1, k))
+    return np.concatenate(parts)
 
 
 def fixed_weight(dist, m: int, q: int, P) -> int:
@@ -452,7 +385,8 @@ def fixed_weight(dist, m: int, q: int, P) -> int:
 
 
 def coupled_groups(stack, P, groups, dist) -> tuple:
-    """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] of one
+    """Rule "d" and "e" for the groups [(m, K, fixed weight, rule, unclaimed fillings, q), ...] (K the cubic set
+    as booleans over the tokens, a row of `CubicSets.K`) of one
     position pattern P with |P| <= 2 (stack: a `rows.stacked_view` and each query's index in it), every
     filling of each at once, in brute force's shape (chunks of groups: GRID_ELEMENTS bounds the arrays,
     GRID_BANDS chunks by max token at most): the top-2 bound
@@ -515,9 +449,7 @@ def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
 def grid_fillings(chunk, ms, k: int, v: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
     positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
-    inK = np.zeros((len(ms), v), dtype=bool)
-    inK[np.repeat(np.arange(len(ms)), [len(g[1]) for g in chunk]), list(chain.from_iterable(g[1] for g in chunk))] \
-        = True
+    inK = np.array([g[1] for g in chunk])[:, :v]
     valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
     for j in range(k):
         valid &= np.arange(v).reshape(grid_axes(j, 1, k, v)) < ms.reshape(grid_axes(-1, len(ms), k, v))

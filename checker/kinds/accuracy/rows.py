@@ -25,7 +25,8 @@ CHUNK = 4096                # inputs per vectorised full test (bounds memory: CH
 
 class Rows(NamedTuple):
     """One query's tables at exponent E[i, t] (n, v): Hl <= w_i[t] V_i[t,x] <= Hh (n, v, v), and the top-2
-    bound D[i, t, m] >= max_{x != m} H_i[t,x] - H_i[t,m] (from the top two of each Hh row)."""
+    bound D[i, t, m] >= max_{x != m} H_i[t,x] - H_i[t,m] (from the top two of each Hh row) for the non-query
+    positions i < n-1 (n-1, v, v): the query position holds q in every input, it is never a free position."""
 
     Hl: np.ndarray
     Hh: np.ndarray
@@ -98,16 +99,27 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
     np.maximum(Hh, wl * Vh, out=Hh)
     np.minimum(Hl, wh * Vl, out=Hl)
-    return Rows(Hl, Hh, E, top_two(Hh) - Hl)
+    return Rows(Hl, Hh, E, top_two(Hh[:, : n - 1]) - Hl[:, : n - 1])
 
 
 def top_two(M):
-    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at its only
-    entry equal to it, where the largest of the others (a maximum attained twice is its own second)."""
-    top = M.max(axis=-1, keepdims=True)
-    eq = M == top
-    second = np.where(eq, np.iinfo(np.int64).min, M).max(axis=-1, keepdims=True)
-    return np.where(eq & (eq.sum(axis=-1, keepdims=True) == 1), second, top)
+    """X[..., m] = max_{x != m} M[..., x] (int64, at least two columns): the row's largest, except at the first
+    index of it, where the largest of the others (`row_tops`; the largest again when it is attained twice)."""
+    top, second, arg = row_tops(M)
+    return np.where(np.arange(M.shape[-1]) == arg[..., None], second[..., None], top[..., None])
+
+
+def row_tops(M) -> tuple:
+    """(top, second, arg) of each row of M (int64, last axis, at least two columns): its largest, the largest of
+    the others (the largest again when it is attained twice) and the first index of the largest. The largest
+    entries are set to the int64 minimum for the second's max, then restored: M is unchanged after."""
+    arg = M.argmax(axis=-1)
+    at = tuple(np.indices(arg.shape, sparse=True)) + (arg,)
+    top = M[at]
+    M[at] = np.iinfo(np.int64).min
+    second = M.max(axis=-1)
+    M[at] = top
+    return top, second, arg
 
 
 def align(x, s, up: bool):
@@ -161,7 +173,7 @@ def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[..., None], True)
+    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[:, : n - 1, :, None], True)
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:

@@ -121,11 +121,14 @@ class Tables(dict):
             self[name + "_lo"], self[name + "_hi"] = integer_bounds(B, intervals[name], name)
 
 
-def float_tables(B, model, eqke: bool = True) -> Tables:
+def float_tables(B, model, eqke: bool = True, library: bool = False) -> Tables:
     """The tables as float64 ends: "ends" {EU, EVOU, PVOU, e (only when `eqke`), pw: (lo, hi)} with lo <= each
     entry <= hi (`Backend.float_ends`; e and pw the numerators of `integer_tables`, lower ends clipped at 0);
     Rejected when an end is beyond the float64 range (hostile weights; as `integer_bounds` beyond 2^(MAX_BITS -
-    SHIFT)). The exact integer bounds come on demand."""
+    SHIFT)). The exact integer bounds come on demand. With `library` (brute force, refine: tables that only
+    leave as float64 ends), every product is the backend library's own (Arb's, at B's precision; the exact
+    product layer off: its results' conversions into Arb for the sums and exps cost more than it saves here)."""
+    B = type(B)(B.prec, False) if library and B.exact else B
     intervals = interval_tables(B, model, eqke)
     out = Tables(n=model.config.n_ctx, v=model.config.d_vocab, intervals=intervals)
     out.backend = B
