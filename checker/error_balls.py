@@ -178,13 +178,25 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split, prec: int, uniform: bool = False):
-    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
-    `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
-    the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
+WORD_PREC = 48     # at working precisions up to this, a centre is the high word of its exact value (~61 bits)
+
+
+def trimmed_centre(x, prec: int, uniform: bool = False):
+    """(parts, radii): a centre of the exact point product x (an Exact; None gives None) as two float64 parts and
+    per row an upper bound of the row's distance from it; with `uniform`, one radius for every row. At working
+    precision prec <= WORD_PREC the high word of x (`split_centre` with `word`: ~61 bits, 13 or more beyond the
+    precision) and the square roots of its bounds; above, `split_centre`'s ~105-bit centre cut to TRIM_BELOW bits
+    (`exact_rounding.trimmed`; uniform: `uniform_radius`). None where a part would leave the float range."""
+    split = None if x is None else exact_rounding.split_centre(x, prec <= WORD_PREC)
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec), uniform)
+    if prec <= WORD_PREC:
+        parts, sq = split
+        if uniform:
+            return parts, [sqrt_up(largest(sq))] * len(sq) if sq else []
+        roots = {i: sqrt_up(s) for i, s in {id(s): s for s in sq}.items()}   # one per distinct bound (`split_centre`)
+        return parts, [roots[id(s)] for s in sq]
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.TRIM_BELOW, uniform)
     # uniform: `trimmed` gave one pair bounding every row's, so [R] * m, one radius for each of the m rows
     return parts, (uniform_radius(pairs) * parts[0].shape[0] if uniform and pairs else sqrt_sum_up(pairs))
 
@@ -204,13 +216,13 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = Fal
     """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
     blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
     product is exact, its centre two float64 parts held as ends (no native entry is made) and its
-    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. With `uniform`, every
+    rounding radius exact (`exact_backend.affine_exact`, `trimmed_centre`); then as `linear_heads`. With `uniform`, every
     row of head h gets the one radius up(norms[h] max_i e_i + R) >= up(norms[h] e_i + r_i) (R >= every
     rounding radius r_i: `uniform_radius`; up is increasing), a larger radius is still a true one. None
     where the layer does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec, uniform)
+    out = trimmed_centre(exact_backend.affine_exact(X.centre, Wb, B), B.prec, uniform)
     if out is None:
         return None
     (c1, c2), radius = out
@@ -314,7 +326,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_rounding.split_centre(exact_products.centred(c)), B.prec)
+        out = trimmed_centre(exact_products.centred(c), B.prec)
         if out is None:
             return None
         v, rho = out
@@ -327,7 +339,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     iota, delta = ball
     scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
     folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
-    t = trimmed_centre(exact_rounding.split_centre(folded or scaled), B.prec)
+    t = trimmed_centre(folded or scaled, B.prec)
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -399,8 +411,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
     if c is None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
-    out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec, uniform)
+    out = trimmed_centre(exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])]), B.prec, uniform)
     if out is None:
         return None
     parts, rounding = out

@@ -24,7 +24,7 @@ import numpy as np
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_products import (MAX_BLOCK, MIN_EXP, Exact, ExactInterval, Slices, _line_top, _require, _scaled, bits_for,
                                           cut_cols, cut_rows, cut_sum_rows, exact_matrix, point_product)
-from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
+from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds
 
 
 def point_ends(a):
@@ -281,17 +281,16 @@ def point_parts(x, backend):
     return lo if lo is hi or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi))) else None
 
 
-def affine_centres(x, wb, backend):
-    """((c1, c2), sq): for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
-    as its last row), float64 parts of a centre c and exact Fractions with ||(x W + b)_i - c_i||_2^2 <=
-    sq[i] per row (`exact_rounding.split_centre`): the product [x | 1] wb is exact; None when the layer
-    does not apply (x not a point, an empty dimension, a part beyond the float range)."""
+def affine_exact(x, wb, backend):
+    """The Exact x W + b for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
+    as its last row): the product [x | 1] wb, exact; None when the layer does not apply (x not a point, an
+    empty dimension)."""
     parts = point_parts(x, backend) if x.shape[0] and x.shape[1] and wb.shape[1] else None
     if parts is None or not is_point(wb):
         return None
     ones = [np.full((x.shape[0], 1), 1.0 if i == 0 else 0.0) for i in range(len(parts))]
     parts = tuple(np.hstack([p, o]) for p, o in zip(parts, ones))
-    return split_centre(parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0]))))
+    return parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0])))
 
 
 def sum_cut(m, bits: int, transposed: bool = False, magnitude: bool = False):

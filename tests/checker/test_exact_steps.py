@@ -71,13 +71,15 @@ def tables(B, pos, theta):
     return (B.matrix([[B.cos(B.num(p * t)) for t in theta] for p in pos]),
             B.matrix([[B.sin(B.num(p * t)) for t in theta] for p in pos]))
 
+@pytest.mark.parametrize("prec", [64, 48])
 @settings(max_examples=12, deadline=None)
 @given(seed=SEEDS, eps=EPS, shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 3), st.integers(1, 4)))
-def test_exact_affine_ball_holds_images_and_is_no_wider(seed, eps, shape):
+def test_exact_affine_ball_holds_images_and_is_no_wider(prec, seed, eps, shape):
     """x W_h + b_h per head from centres of two parts: the images of perturbed points inside (the top
-    singular direction nearly attains the bound); every radius <= linear_heads' on the same rows."""
+    singular direction nearly attains the bound); every radius <= linear_heads' on the same rows (at 48 bits
+    the centre is the product's high word, `trimmed_centre`)."""
     m, k, heads, dh = shape
-    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    B, rng = make_backend("flint", prec), np.random.default_rng(seed)
     W = (rng.standard_normal((k, heads * dh)) * 0.7).astype(np.float32)
     b = rng.standard_normal(heads * dh).astype(np.float32)
     X = point_rows(B, rng, m, k, eps)
@@ -247,8 +249,9 @@ def frac(parts, i, j):
 @settings(max_examples=25, deadline=None)
 @given(seed=SEEDS, m=st.integers(1, 5), n=st.integers(1, 7))
 def test_entrywise_products_and_row_sums_are_exact(seed, m, n):
-    """diag(a) X diag(w) and X * Y + Z * S (parts, zeros, subnormals, spreads): split_centre's centre
-    within its radius of the Fraction value, the radius tight; row_sums of X * X the exact squared norms."""
+    """diag(a) X diag(w) and X * Y + Z * S (parts, zeros, subnormals, spreads): split_centre's centre (~105 bits,
+    or with `word` the high word, ~61 bits) within its radius of the Fraction value, the radius tight; row_sums of
+    X * X the exact squared norms."""
     rng = np.random.default_rng(seed)
     X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
     a, w = (rng.standard_normal((m, 1)),), (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
@@ -262,15 +265,39 @@ def test_entrywise_products_and_row_sums_are_exact(seed, m, n):
             (exact_products.entrywise_sum([([X, Y], []), ([Z, S], [])]),
              lambda i, j: frac(X, i, j) * frac(Y, i, j) + frac(Z, i, j) * frac(S, i, j),
              lambda i: 2 * max(peak(X, i), peak(Z, i)) * max(peak(Y, i), peak(S, i)))):
-        split = exact_rounding.split_centre(got)
-        if split is None:        # a part beyond the float range: declined
-            continue
-        (c1, c2), sq = split
-        for i in range(m):
-            err = sum((value(i, j) - Fraction(float(c1[i, j])) - Fraction(float(c2[i, j]))) ** 2 for j in range(n))
-            assert err <= sq[i] <= max(err, (scale(i) * Fraction(1, 2 ** 90)) ** 2 * n)   # tight to the row's scale
+        for word, tight in ((False, 90), (True, 50)):     # the high word alone: ~61 bits of the row's scale
+            split = exact_rounding.split_centre(got, word)
+            if split is None:        # a part beyond the float range: declined
+                continue
+            (c1, c2), sq = split
+            for i in range(m):
+                err = sum((value(i, j) - Fraction(float(c1[i, j])) - Fraction(float(c2[i, j]))) ** 2 for j in range(n))
+                assert err <= sq[i]
+                # tight to the row's scale (a zero row has no scale: its units are its chunk's, on the scale 2^0)
+                assert not scale(i) or sq[i] <= max(err, (scale(i) * Fraction(1, 2 ** tight)) ** 2 * n)
     sums = exact_products.row_sums(exact_products.entrywise([X, X]))
     assert sums == [sum(frac(X, i, j) ** 2 for j in range(n)) for i in range(m)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=SEEDS, exp=st.integers(-1200, 1100))
+def test_word_parts_are_the_exact_word_or_declined(seed, exp):
+    """`_word_parts`: h1 + h2 = X 2^e exactly (int64 words up to 2^63, negative, zero), h1 of <= 33 and h2 of
+    <= 31 significant bits, h2 >= 0; None exactly when a part would leave the float range (subnormal low
+    bits or overflow); a mutant splitting at 30 bits but scaling by 2^31 would fail the sum."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-2 ** 62, 2 ** 62, (3, 4), dtype=np.int64) >> rng.integers(0, 62, (3, 4))
+    X[0, 0], X[0, 1], X[0, 2] = 0, -(2 ** 63) + 1, 2 ** 63 - 1
+    e = np.full(X.shape, exp, np.int64) + rng.integers(0, 3, X.shape)
+    got = exact_rounding._word_parts(X, e)
+    fits = e.min() >= -1074 and e.max() + 63 <= 1024
+    assert (got is not None) == fits
+    if got is None:
+        return
+    h1, h2 = got
+    for (i, j), x in np.ndenumerate(X):
+        assert Fraction(float(h1[i, j])) + Fraction(float(h2[i, j])) == int(x) * Fraction(2) ** int(e[i, j])
+        assert h2[i, j] >= 0 and Fraction(float(h2[i, j])) < Fraction(2) ** (int(e[i, j]) + 31)
 
 
 @settings(max_examples=25, deadline=None)
