@@ -375,24 +375,64 @@ class Rotation(NamedTuple):
     delta: Fraction
 
 
-def rotation(B: Backend, tables: tuple, pairs: list, d_head: int, prec: int = 64):
-    """The `Rotation` of rows with the cos and sin enclosures `tables` (two matrices of B, a row per row and a
-    column per pair, e.g. `forward.rotary_tables` at a raised precision), for a pass at working precision `prec`
-    (`near_parts`), or None where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B, t.data, prec) for t in tables]
-    if not pairs or any(x is None for x in balls):
+def rotation(B: Backend, big: tuple, small: tuple, at: tuple, pairs: list, d_head: int, prec: int = 64):
+    """The `Rotation` of rows whose pair j turns by alpha_(a_i, j) + beta_(b_i, j) (row i; (a, b) = `at`, index
+    arrays), from cos and sin enclosures of the alphas (`big`: two matrices of B, a row per a and a column per
+    pair) and of the betas (`small`), e.g. `forward.rotary_factors` at a raised precision, for a pass at working
+    precision `prec`; None where `_near_ball` gives no float64 parts.
+
+    Each enclosure enters as two float64 parts within d of every point of it (`_near_ball`; d the largest of
+    its table), and cos(alpha + beta) = cA cB - sA sB, sin(alpha + beta) = sA cB + cA sB are computed exactly on
+    the parts (`_table`): as |cos|, |sin| <= 1 and the parts of cA lie within dA of it, |cA cB - CA CB| <= dA +
+    (1 + dA) dB, and so for each of the four products."""
+    if not pairs:
         return None
-    (cm, cr), (sm, sr) = balls
+    balls = [B._near_ball(t.data, 2) for t in big + small]
+    if any(x is None for x in balls):
+        return None
+    (ca, sa, cb, sb), (dca, dsa, dcb, dsb) = zip(*[(tuple(p[i] for p in parts), Fraction(float(d.max(initial=0.0))))
+                                                   for (parts, d), i in zip(balls, (at[0], at[0], at[1], at[1]))])
+    cos = _table([([ca, cb], []), ([tuple(-p for p in sa), sb], [])], prec)
+    sin = _table([([sa, cb], []), ([ca, sb], [])], prec)
+    if cos is None or sin is None:
+        return None
+    dc = dca + (1 + dca) * dcb + dsa + (1 + dsa) * dsb + cos[1]
+    ds = dsa + (1 + dsa) * dcb + dca + (1 + dca) * dsb + sin[1]
+    return _rotation(cos[0], sin[0], pairs, d_head, sqrt_up(dc * dc + ds * ds))
+
+
+def _table(products: list, prec: int):
+    """(parts, w): the exact sum of the entrywise `products` (`exact_products.entrywise_sum`) as float64 parts and
+    an exact w >= every entry's distance from their sum; None where a part would leave the float range. The sum
+    leaves as `exact_rounding.split_centre`'s two parts c1 + c2, within sqrt(sq_i) of row i's exact values (each
+    entry's distance is at most its row's l2 distance): w = sqrt_up(max sq). At prec <= ONE_PART_PREC, one part:
+    with u = nextafter(c1) - c1 (adjacent floats: an exact power of two) and 0 <= c2 < u (c1 the float64 floor), c1
+    when c2 < u / 2, else
+    c1 + u (the next float), within c2 or u - c2 of c1 + c2 (exact: Sterbenz, u / 2 <= c2 <= u), which joins w."""
+    split = exact_rounding.split_centre(exact_products.entrywise_sum(products))
+    if split is None:
+        return None
+    (c1, c2), sq = split
+    width = sqrt_up(largest(sq)) if sq else Fraction(0)
+    if prec > ONE_PART_PREC:
+        return (c1, c2), width
+    u = np.nextafter(c1, np.inf) - c1
+    bump = c2 >= u / 2
+    err = np.where(bump, u - c2, c2)
+    return (np.where(bump, c1 + u, c1),), width + Fraction(float(err.max(initial=0.0)))
+
+
+def _rotation(cm: tuple, sm: tuple, pairs: list, d_head: int, delta: Fraction) -> Rotation:
+    """The `Rotation` with cos and sin tables of float64 parts cm, sm (a row per row, a column per pair)."""
     m, swap = cm[0].shape[0], list(range(d_head))
     C, S = [np.zeros((m, d_head)) for _ in cm], [np.zeros((m, d_head)) for _ in sm]
     C[0][:] = 1.0
     for j, (i1, i2) in enumerate(pairs):
         swap[i1], swap[i2] = i2, i1
-        for q, (a, b) in enumerate(zip(cm, sm)):
+        for q, (a, b) in enumerate(zip(cm, sm)):      # as many parts in each (`_table`)
             C[q][:, i1], C[q][:, i2] = a[:, j], a[:, j]
             S[q][:, i1], S[q][:, i2] = -b[:, j], b[:, j]
-    dc, ds = (Fraction(float(r.max(initial=0.0))) for r in (cr, sr))
-    return Rotation(tuple(C), tuple(S), swap, sqrt_up(dc * dc + ds * ds))
+    return Rotation(tuple(C), tuple(S), swap, delta)
 
 
 def rotation_rows(rot: Rotation, rows: list) -> Rotation:
