@@ -218,10 +218,10 @@ def multi_point(m):
     return m.ends[0] if m.ends is not None and m.ends[0] is m.ends[1] else None
 
 
-def _cut_parts(parts, bits: int, magnitude: bool = False) -> list:
-    """Each part (or |part|) of a point right factor cut whole on one column scale, the largest part's."""
+def _cut_parts(parts, bits: int) -> list:
+    """Each part of a point right factor cut whole on one column scale, the largest part's."""
     top = _line_top(list(parts), 1)
-    return [cut_cols(np.abs(p) if magnitude else p, bits, top) for p in parts]
+    return [cut_cols(p, bits, top) for p in parts]
 
 
 def times_parts(a, parts, backend):
@@ -236,15 +236,16 @@ def times_parts(a, parts, backend):
     ball = backend._native_ball(a.data) if a.ends is None else None
     if ball is None:
         return None
-    return balls_times_points(ball[0], ball[1], wholes, _cut_parts(parts, bits, True))
+    return balls_times_points(ball[0], ball[1], wholes, [magnitude_of(w) for w in wholes])
 
 
 def near_times_parts(near, parts):
     """The ends of M W over every M within d of the point m entrywise (near = (m, d): float64 parts and
     distances, as `Backend._near_ball` gives them), for W the point of float64 `parts`: `balls_times_points`
-    (midpoint-radius), leaving as `product` does; None where a value leaves the float range."""
-    bits = bits_for(parts[0].shape[0])
-    out = balls_times_points(near[0], near[1], _cut_parts(parts, bits), _cut_parts(parts, bits, True))
+    (midpoint-radius; |W_k| cut as the digits' magnitudes, `magnitude_of`), leaving as `product` does; None
+    where a value leaves the float range."""
+    wholes = _cut_parts(parts, bits_for(parts[0].shape[0]))
+    out = balls_times_points(near[0], near[1], wholes, [magnitude_of(w) for w in wholes])
     return None if out is None else leave(out)
 
 
