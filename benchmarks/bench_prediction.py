@@ -13,13 +13,16 @@
    working tree's) and for the working tree, alternately, best of --repeat: CPU seconds (user + system of the
    process, BLAS threads included), wall seconds, peak memory (VmHWM from /proc/self/status), and for the
    working tree a per-step table of exclusive CPU seconds (`STEPS`: each step's functions, nested steps
-   subtracted; "other" is the rest of the process).
+   subtracted; "other" is the rest of the process). The children read cached bytecode, as an installed
+   tcert-check does: one uncounted run per side writes it to a private PYTHONPYCACHEPREFIX in the temporary
+   directory (PYTHONDONTWRITEBYTECODE, which the worktree shim sets, is dropped for them); with --compile-each
+   every process compiles the checker from source instead (~0.05 s more per process, on both sides).
 
 Times in parts 1-2 are wall-clock seconds of `tcert.checker.verify.verify` (reading and hashing the model
 file, envelope, rigorous forward pass, gap comparison); the per-obligation split comes from the checker's
 own `Obligations` record.
 
-    python benchmarks/bench_prediction.py [--skip-paper] [--skip-small] [--repeat N] [--fresh REF]
+    python benchmarks/bench_prediction.py [--skip-paper] [--skip-small] [--repeat N] [--fresh REF] [--compile-each]
 """
 
 import argparse
@@ -123,17 +126,18 @@ print(json.dumps({"file": cli.__file__, "code": code, "cpu": ru.ru_utime + ru.ru
 """
 
 
-def fresh(ref_dir, cert, model, steps):
+def fresh(ref_dir, cert, model, steps, env=None):
     """One fresh process checking (cert, model) with the ref's package (ref_dir) or the working tree's
-    (""): its JSON figures plus the wall seconds."""
+    (""): its JSON figures plus the wall seconds (`env`: the child's environment, default this one's)."""
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", CHILD, ref_dir, cert, model, json.dumps(steps)], capture_output=True,
-                         text=True, check=True)
+                         text=True, check=True, env=env)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]), wall=time.perf_counter() - start)
 
 
-def fresh_against(ref, repeat, workdir):
-    """Part 3: the paper-scale check in fresh processes, the git ref `ref` against the working tree."""
+def fresh_against(ref, repeat, workdir, cached=True):
+    """Part 3: the paper-scale check in fresh processes, the git ref `ref` against the working tree (`cached`:
+    each side's bytecode written by one uncounted run first and read by the timed ones)."""
     path, cpath = os.path.join(workdir, "paper.safetensors"), os.path.join(workdir, "paper (3).json")
     tensors, config = random_model("neox1l", seed=0, n_layers=1, **PAPER)
     save_model(path, tensors, config)
@@ -146,10 +150,16 @@ def fresh_against(ref, repeat, workdir):
     for part in ("checker", "audit"):
         archive = subprocess.run(["git", "-C", root, "archive", ref, part], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", os.path.join(ref_dir, "tcert")], input=archive, check=True)
+    env = dict(os.environ)
+    if cached:     # bytecode as an installed package has it: written once to a private prefix, then read
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(workdir, "pycache")
+        for where in (ref_dir, ""):
+            fresh(where, cpath, path, {}, env)
     best = {}
     for _ in range(repeat):
         for tag, where in ((ref, ref_dir), ("working tree", "")):
-            run = fresh(where, cpath, path, STEPS if not where else {})
+            run = fresh(where, cpath, path, STEPS if not where else {}, env)
             # the checker that ran is the ref's or this working tree's (symlinks resolved: a PYTHONPATH shim may
             # point tcert.checker at the tree)
             home = os.path.realpath(where or root) + os.sep
@@ -175,6 +185,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="runs per backend (best is reported)")
     parser.add_argument("--fresh", metavar="REF", help="part 3: fresh tcert-check processes, git ref REF against the "
                                                        "working tree (default: not run)")
+    parser.add_argument("--compile-each", action="store_true", help="part 3: no bytecode cache (every process "
+                                                                    "compiles the checker from source)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="tcert-bench-") as workdir:
@@ -190,8 +202,9 @@ def main():
                   f"{'met' if paper['flint'] <= 30 else 'MISSED'}]  peak RSS of this process "
                   f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20:.2f} GiB")
         if args.fresh:
-            print(f"paper, fresh processes: {args.fresh} against the working tree")
-            fresh_against(args.fresh, args.repeat, workdir)
+            print(f"paper, fresh processes: {args.fresh} against the working tree"
+                  f"{' (each compiling the checker)' if args.compile_each else ' (bytecode cached)'}")
+            fresh_against(args.fresh, args.repeat, workdir, not args.compile_each)
 
 
 if __name__ == "__main__":

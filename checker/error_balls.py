@@ -178,13 +178,25 @@ def linear_heads(B: Backend, X: Rows, W: IMat, norms: list, bias=None) -> list:
                  [up(n * e + r) for e, r in zip(X.eps, radius)]) for h, n in enumerate(norms)]
 
 
-def trimmed_centre(split, prec: int, uniform: bool = False):
-    """(parts, radii) from `split_centre`'s ((c1, c2), sq) with c2 cut short (`exact_rounding.trimmed`, keeping
-    `trim_below(prec)` bits for working precision prec): each radius an upper bound of the row's distance from
-    the cut centre; with `uniform`, one radius for every row (`uniform_radius`); None for None."""
+WORD_PREC = 48     # at working precisions up to this, a centre is the high word of its exact value (~61 bits)
+
+
+def trimmed_centre(x, prec: int, uniform: bool = False):
+    """(parts, radii): a centre of the exact point product x (an Exact; None gives None) as two float64 parts and
+    per row an upper bound of the row's distance from it; with `uniform`, one radius for every row. At working
+    precision prec <= WORD_PREC the high word of x (`split_centre` with `word`: ~61 bits, 13 or more beyond the
+    precision) and the square roots of its bounds; above, `split_centre`'s ~105-bit centre cut to TRIM_BELOW bits
+    (`exact_rounding.trimmed`; uniform: `uniform_radius`). None where a part would leave the float range."""
+    split = None if x is None else exact_rounding.split_centre(x, prec <= WORD_PREC)
     if split is None:
         return None
-    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.trim_below(prec), uniform)
+    if prec <= WORD_PREC:
+        parts, sq = split
+        if uniform:
+            return parts, [sqrt_up(largest(sq))] * len(sq) if sq else []
+        roots = {i: sqrt_up(s) for i, s in {id(s): s for s in sq}.items()}   # one per distinct bound (`split_centre`)
+        return parts, [roots[id(s)] for s in sq]
+    parts, pairs = exact_rounding.trimmed(*split, exact_rounding.TRIM_BELOW, uniform)
     # uniform: `trimmed` gave one pair bounding every row's, so [R] * m, one radius for each of the m rows
     return parts, (uniform_radius(pairs) * parts[0].shape[0] if uniform and pairs else sqrt_sum_up(pairs))
 
@@ -204,13 +216,13 @@ def exact_affine(B: Backend, X: Rows, Wb: IMat, norms: list, uniform: bool = Fal
     """x @ W_h + b_h for every column block h of Wb = [W; b] (the bias as its last row; len(norms) equal
     blocks, ||W_h||_2 <= norms[h]) by the exact layer, when it is on and X's centres are points: the
     product is exact, its centre two float64 parts held as ends (no native entry is made) and its
-    rounding radius exact (`exact_backend.affine_centres`); then as `linear_heads`. With `uniform`, every
+    rounding radius exact (`exact_backend.affine_exact`, `trimmed_centre`); then as `linear_heads`. With `uniform`, every
     row of head h gets the one radius up(norms[h] max_i e_i + R) >= up(norms[h] e_i + r_i) (R >= every
     rounding radius r_i: `uniform_radius`; up is increasing), a larger radius is still a true one. None
     where the layer does not apply (the caller computes as `linear_heads`)."""
     if not (B.exact and B.prec <= EXACT_MAX_PREC):
         return None
-    out = trimmed_centre(exact_backend.affine_centres(X.centre, Wb, B), B.prec, uniform)
+    out = trimmed_centre(exact_backend.affine_exact(X.centre, Wb, B), B.prec, uniform)
     if out is None:
         return None
     (c1, c2), radius = out
@@ -314,7 +326,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         v, k, rho = c, 1, [Fraction(0)] * m
     else:
         k = d
-        out = trimmed_centre(exact_rounding.split_centre(exact_products.centred(c)), B.prec)
+        out = trimmed_centre(exact_products.centred(c), B.prec)
         if out is None:
             return None
         v, rho = out
@@ -327,7 +339,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     iota, delta = ball
     scaled = exact_products.entrywise([v, iota], [] if w is None else [(w,)])
     folded = None if b is None else exact_products.plus_row(scaled, b)     # b inside the two parts
-    t = trimmed_centre(exact_rounding.split_centre(folded or scaled), B.prec)
+    t = trimmed_centre(folded or scaled, B.prec)
     if t is None:
         return None
     (t1, t2), rounding = t
@@ -363,24 +375,64 @@ class Rotation(NamedTuple):
     delta: Fraction
 
 
-def rotation(B: Backend, tables: tuple, pairs: list, d_head: int, prec: int = 64):
-    """The `Rotation` of rows with the cos and sin enclosures `tables` (two matrices of B, a row per row and a
-    column per pair, e.g. `forward.rotary_tables` at a raised precision), for a pass at working precision `prec`
-    (`near_parts`), or None where it gives no float64 parts (`_near_ball`)."""
-    balls = [near_parts(B, t.data, prec) for t in tables]
-    if not pairs or any(x is None for x in balls):
+def rotation(B: Backend, big: tuple, small: tuple, at: tuple, pairs: list, d_head: int, prec: int = 64):
+    """The `Rotation` of rows whose pair j turns by alpha_(a_i, j) + beta_(b_i, j) (row i; (a, b) = `at`, index
+    arrays), from cos and sin enclosures of the alphas (`big`: two matrices of B, a row per a and a column per
+    pair) and of the betas (`small`), e.g. `forward.rotary_factors` at a raised precision, for a pass at working
+    precision `prec`; None where `_near_ball` gives no float64 parts.
+
+    Each enclosure enters as two float64 parts within d of every point of it (`_near_ball`; d the largest of
+    its table), and cos(alpha + beta) = cA cB - sA sB, sin(alpha + beta) = sA cB + cA sB are computed exactly on
+    the parts (`_table`): as |cos|, |sin| <= 1 and the parts of cA lie within dA of it, |cA cB - CA CB| <= dA +
+    (1 + dA) dB, and so for each of the four products."""
+    if not pairs:
         return None
-    (cm, cr), (sm, sr) = balls
+    balls = [B._near_ball(t.data, 2) for t in big + small]
+    if any(x is None for x in balls):
+        return None
+    (ca, sa, cb, sb), (dca, dsa, dcb, dsb) = zip(*[(tuple(p[i] for p in parts), Fraction(float(d.max(initial=0.0))))
+                                                   for (parts, d), i in zip(balls, (at[0], at[0], at[1], at[1]))])
+    cos = _table([([ca, cb], []), ([tuple(-p for p in sa), sb], [])], prec)
+    sin = _table([([sa, cb], []), ([ca, sb], [])], prec)
+    if cos is None or sin is None:
+        return None
+    dc = dca + (1 + dca) * dcb + dsa + (1 + dsa) * dsb + cos[1]
+    ds = dsa + (1 + dsa) * dcb + dca + (1 + dca) * dsb + sin[1]
+    return _rotation(cos[0], sin[0], pairs, d_head, sqrt_up(dc * dc + ds * ds))
+
+
+def _table(products: list, prec: int):
+    """(parts, w): the exact sum of the entrywise `products` (`exact_products.entrywise_sum`) as float64 parts and
+    an exact w >= every entry's distance from their sum; None where a part would leave the float range. The sum
+    leaves as `exact_rounding.split_centre`'s two parts c1 + c2, within sqrt(sq_i) of row i's exact values (each
+    entry's distance is at most its row's l2 distance): w = sqrt_up(max sq). At prec <= ONE_PART_PREC, one part:
+    with u = nextafter(c1) - c1 (adjacent floats: an exact power of two) and 0 <= c2 < u (c1 the float64 floor), c1
+    when c2 < u / 2, else
+    c1 + u (the next float), within c2 or u - c2 of c1 + c2 (exact: Sterbenz, u / 2 <= c2 <= u), which joins w."""
+    split = exact_rounding.split_centre(exact_products.entrywise_sum(products))
+    if split is None:
+        return None
+    (c1, c2), sq = split
+    width = sqrt_up(largest(sq)) if sq else Fraction(0)
+    if prec > ONE_PART_PREC:
+        return (c1, c2), width
+    u = np.nextafter(c1, np.inf) - c1
+    bump = c2 >= u / 2
+    err = np.where(bump, u - c2, c2)
+    return (np.where(bump, c1 + u, c1),), width + Fraction(float(err.max(initial=0.0)))
+
+
+def _rotation(cm: tuple, sm: tuple, pairs: list, d_head: int, delta: Fraction) -> Rotation:
+    """The `Rotation` with cos and sin tables of float64 parts cm, sm (a row per row, a column per pair)."""
     m, swap = cm[0].shape[0], list(range(d_head))
     C, S = [np.zeros((m, d_head)) for _ in cm], [np.zeros((m, d_head)) for _ in sm]
     C[0][:] = 1.0
     for j, (i1, i2) in enumerate(pairs):
         swap[i1], swap[i2] = i2, i1
-        for q, (a, b) in enumerate(zip(cm, sm)):
+        for q, (a, b) in enumerate(zip(cm, sm)):      # as many parts in each (`_table`)
             C[q][:, i1], C[q][:, i2] = a[:, j], a[:, j]
             S[q][:, i1], S[q][:, i2] = -b[:, j], b[:, j]
-    dc, ds = (Fraction(float(r.max(initial=0.0))) for r in (cr, sr))
-    return Rotation(tuple(C), tuple(S), swap, sqrt_up(dc * dc + ds * ds))
+    return Rotation(tuple(C), tuple(S), swap, delta)
 
 
 def rotation_rows(rot: Rotation, rows: list) -> Rotation:
@@ -399,8 +451,7 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
     if c is None:
         return None
     swapped = tuple(p[:, rot.swap] for p in c)
-    out = trimmed_centre(exact_rounding.split_centre(
-        exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])])), B.prec, uniform)
+    out = trimmed_centre(exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])]), B.prec, uniform)
     if out is None:
         return None
     parts, rounding = out

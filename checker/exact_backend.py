@@ -24,7 +24,7 @@ import numpy as np
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_products import (MAX_BLOCK, MIN_EXP, Exact, ExactInterval, Slices, _line_top, _require, _scaled, bits_for,
                                           cut_cols, cut_rows, cut_sum_rows, exact_matrix, point_product)
-from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds, split_centre
+from tcert.checker.exact_rounding import _parts, float_bounds, split_bounds
 
 
 def point_ends(a):
@@ -218,10 +218,10 @@ def multi_point(m):
     return m.ends[0] if m.ends is not None and m.ends[0] is m.ends[1] else None
 
 
-def _cut_parts(parts, bits: int, magnitude: bool = False) -> list:
-    """Each part (or |part|) of a point right factor cut whole on one column scale, the largest part's."""
+def _cut_parts(parts, bits: int) -> list:
+    """Each part of a point right factor cut whole on one column scale, the largest part's."""
     top = _line_top(list(parts), 1)
-    return [cut_cols(np.abs(p) if magnitude else p, bits, top) for p in parts]
+    return [cut_cols(p, bits, top) for p in parts]
 
 
 def times_parts(a, parts, backend):
@@ -236,15 +236,16 @@ def times_parts(a, parts, backend):
     ball = backend._native_ball(a.data) if a.ends is None else None
     if ball is None:
         return None
-    return balls_times_points(ball[0], ball[1], wholes, _cut_parts(parts, bits, True))
+    return balls_times_points(ball[0], ball[1], wholes, [magnitude_of(w) for w in wholes])
 
 
 def near_times_parts(near, parts):
     """The ends of M W over every M within d of the point m entrywise (near = (m, d): float64 parts and
     distances, as `Backend._near_ball` gives them), for W the point of float64 `parts`: `balls_times_points`
-    (midpoint-radius), leaving as `product` does; None where a value leaves the float range."""
-    bits = bits_for(parts[0].shape[0])
-    out = balls_times_points(near[0], near[1], _cut_parts(parts, bits), _cut_parts(parts, bits, True))
+    (midpoint-radius; |W_k| cut as the digits' magnitudes, `magnitude_of`), leaving as `product` does; None
+    where a value leaves the float range."""
+    wholes = _cut_parts(parts, bits_for(parts[0].shape[0]))
+    out = balls_times_points(near[0], near[1], wholes, [magnitude_of(w) for w in wholes])
     return None if out is None else leave(out)
 
 
@@ -281,17 +282,16 @@ def point_parts(x, backend):
     return lo if lo is hi or (len(lo) == len(hi) and all(np.array_equal(a, b) for a, b in zip(lo, hi))) else None
 
 
-def affine_centres(x, wb, backend):
-    """((c1, c2), sq): for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
-    as its last row), float64 parts of a centre c and exact Fractions with ||(x W + b)_i - c_i||_2^2 <=
-    sq[i] per row (`exact_rounding.split_centre`): the product [x | 1] wb is exact; None when the layer
-    does not apply (x not a point, an empty dimension, a part beyond the float range)."""
+def affine_exact(x, wb, backend):
+    """The Exact x W + b for the point IMat x (m x k) and the point IMat wb = [W; b] ((k+1) x n, the bias
+    as its last row): the product [x | 1] wb, exact; None when the layer does not apply (x not a point, an
+    empty dimension)."""
     parts = point_parts(x, backend) if x.shape[0] and x.shape[1] and wb.shape[1] else None
     if parts is None or not is_point(wb):
         return None
     ones = [np.full((x.shape[0], 1), 1.0 if i == 0 else 0.0) for i in range(len(parts))]
     parts = tuple(np.hstack([p, o]) for p, o in zip(parts, ones))
-    return split_centre(parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0]))))
+    return parts_times_point(parts, sum_cut(wb, bits_for(wb.shape[0])))
 
 
 def sum_cut(m, bits: int, transposed: bool = False, magnitude: bool = False):

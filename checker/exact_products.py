@@ -122,14 +122,14 @@ def _digit_stats(d, axis: int, check: bool = False):
 
 
 def _scaled_digits(y, bits: int, axis: int, first: int):
-    """[(s, lines, digit)] for a block y (|y| < 1 entrywise, every entry exact): y <- y 2^bits (exact:
-    |y 2^bits| < 2^bits and no bit is lost), digit = trunc(y) (exact), y <- y - digit (exact: the
-    fractional part of a float is a float), while a line has bits left; `lines` (bool, per line)
-    marks the lines that still had bits, the others have digit 0."""
-    red, s, out = 1 - axis, first, []
+    """[(s, lines, digit)] for a block y (|y| < 1 entrywise, every entry exact): y <- y 2^bits (a product
+    with the float 2^bits, exact: |y 2^bits| < 2^bits and no bit is lost), digit = trunc(y) (exact),
+    y <- y - digit (exact: the fractional part of a float is a float), while a line has bits left; `lines`
+    (bool, per line) marks the lines that still had bits, the others have digit 0."""
+    red, s, out, scale = 1 - axis, first, [], 2.0 ** bits
     lines = y.any(axis=red)
     while lines.any():
-        y = np.ldexp(y, bits)
+        y = y * scale
         d = np.trunc(y)
         y -= d
         out.append((s, lines, d))
@@ -235,9 +235,9 @@ def cut_sum_rows(parts, bits: int, top):
             if len(idx):
                 full.setdefault(s, np.zeros((m, k)))[idx] += d
     for s in range(max(full, default=0), 0, -1):
-        q = np.trunc(np.ldexp(full[s], -bits)) if s in full else None
+        q = np.trunc(full[s] * 2.0 ** -bits) if s in full else None     # products with powers of two: exact here
         if q is not None and q.any():
-            full[s] = full[s] - np.ldexp(q, bits)
+            full[s] = full[s] - q * 2.0 ** bits
             full[s - 1] = full[s - 1] + q if s - 1 in full else q
     if 0 in full and np.abs(full[0]).max(initial=0.0) > 2.0 ** bits:
         return None
@@ -425,9 +425,10 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
         cut = [[(s, d, int(np.abs(d).max())) for s, d in _line_digits(f, tops[i], 0 if i < n_rows else 1, bits)]
                for i, f in enumerate(tuple(r) + tuple(c))]
         square = n_rows == 2 and not n_cols and r[0] is r[1]     # x * x: each digit pair once, doubled
+        rest = None if square else _partials(cut[1:], bits)     # the other factors' products: the same for every d0
         for i, (s0, d0, p0) in enumerate(cut[0]):
             pairs = [(s + 1, d * 2.0 if j else d, p * (2 if j else 1)) for j, (s, d, p) in enumerate(cut[1][i:])] \
-                if square else _partials(cut[1:], bits)
+                if square else rest
             for o, part, peak in pairs:
                 off, peak = -(s0 + 1 + o) * bits, p0 * peak
                 bound[off] = bound.get(off, 0) + peak
@@ -473,19 +474,19 @@ def _partials(cuts, bits: int) -> list:
     over 2^bits per factor still to multiply (this list's later ones and the caller's first): then every
     product and partial sum, here and in the caller's product with one more digit, is an integer below 2^53,
     which float64 holds and computes exactly."""
-    out = [(0, 1.0, 1)]
+    out = [(0, None, 1)]       # None: the empty product (the first factor's digits are taken as they are)
     for i, digits in enumerate(cuts):
         room, merged = SAFE >> (bits * (len(cuts) - i)), {}
         for o, a, pa in out:
             for s, d, pd in digits:
-                key, v, pv = o + s + 1, a * d, pa * pd
+                key, v, pv = o + s + 1, d if a is None else a * d, pa * pd
                 same = merged.setdefault(key, [])
                 if same and same[-1][2] + pv <= room:
                     same[-1] = (key, same[-1][1] + v, same[-1][2] + pv)
                 else:
                     same.append((key, v, pv))
         out = [x for same in merged.values() for x in same]
-    return out
+    return [(o, 1.0 if a is None else a, pa) for o, a, pa in out]
 
 
 def centred(parts) -> Exact:

@@ -425,13 +425,6 @@ def to_mpf_rows(bounds) -> list:
 
 
 TRIM_BELOW = 84   # a centre keeps its bits at or above 2^(row top - TRIM_BELOW) (`trimmed`): 4 digits of 21 bits
-COARSE_TRIM = 63  # the same at working precisions up to 48 bits (`trim_below`): 3 digits of 21 bits
-
-
-def trim_below(prec: int) -> int:
-    """The bits a centre keeps below its row top at working precision `prec` (`trimmed`): 20 or more beyond
-    the working precision, a whole number of 21-bit digits. Any value is sound: what is dropped joins the radius."""
-    return COARSE_TRIM if prec <= 48 else TRIM_BELOW
 
 
 def trimmed(parts, sq, keep: int = TRIM_BELOW, uniform: bool = False):
@@ -477,15 +470,17 @@ def row_integers(x: Exact, row: int = 0):
 
 # --- a point result as a two-part centre and its rounding radius (the forward pass's way out) ----------
 
-def split_centre(x: Exact):
+def split_centre(x: Exact, word: bool = False):
     """((c1, c2), sq) for the exact point product x: float64 parts with c1 + c2 = c exactly (the lower
-    end of `split_bounds`) and, per row i, an exact Fraction sq[i] >= ||x_i - c_i||_2^2; None when a part
-    would leave the float range.
+    end of `split_bounds`; with `word`, the high word alone: `_word_parts`) and, per row i, an exact Fraction
+    sq[i] >= ||x_i - c_i||_2^2; None when a part would leave the float range.
 
     Why. `_fine_total` gives Z with x 2^-exp in [Z - below, Z + above] (exp = e_row_i + e_col_j, one
     `below` and `above` per row chunk), and `_split_words` returns c1 + c2 = (Z - below) 2^exp exactly,
     so |x_ij - c_ij| <= (below + above) 2^(e_row_i + e_col_j) and ||x_i - c_i||^2 <= (below + above)^2
-    4^e_row_i sum_j 4^e_col_j, summed over the few distinct exponents exactly."""
+    4^e_row_i sum_j 4^e_col_j, summed over the few distinct exponents exactly. With `word`, Z = X 2^L + r
+    (0 <= r < 2^L, L = LOW_BITS: `_normalise`) and c = X 2^(exp + L), so x 2^-exp - c 2^-exp = r + t with t in
+    [-below, above]: the same bound with below + above + 2^L."""
     out = [np.zeros(x.shape) for _ in range(2)]
     col = Fraction(0)
     for e, count in zip(*np.unique(x.col_scale, return_counts=True)):
@@ -499,11 +494,14 @@ def split_centre(x: Exact):
             return None
         hi_word, lo_word, e_row, e_col, below, above = low
         exp = e_row[:, None] + e_col[None, :] + np.zeros(hi_word.shape, np.int64)
-        parts = _split_words(*_normalise(hi_word, lo_word - below), exp, False)
+        if word:
+            parts = _word_parts(_normalise(hi_word, lo_word)[0], exp + LOW_BITS)
+        else:
+            parts = _split_words(*_normalise(hi_word, lo_word - below), exp, False)
         if parts is None:
             return None
         out[0][rows], out[1][rows] = parts
-        width = (below + above) ** 2 * col
+        width = (below + above + (1 << LOW_BITS if word else 0)) ** 2 * col
         n, d = width.numerator, width.denominator
         made = {}     # rows of one exponent share one Fraction (made once; callers may compare by identity)
         for e in e_row.tolist():
@@ -511,3 +509,18 @@ def split_centre(x: Exact):
                 made[e] = Fraction(n << 2 * e, d) if e >= 0 else Fraction(n, d << -2 * e)
             sq.append(made[e])
     return tuple(out), sq
+
+
+WORD_CUT = 31     # `_word_parts`: a high word X splits as (X >> 31) 2^31 + (X's low 31 bits)
+
+
+def _word_parts(X, exp):
+    """(h1, h2) float64 with h1 + h2 = X 2^exp exactly, for int64 X with |X| < 2^63, or None when a part would
+    leave the float range. X = q 2^31 + m with q = X >> 31 (floor: |q| < 2^32) and m = X & (2^31 - 1) in
+    [0, 2^31): integers of <= 32 bits, so float64 holds them, and q 2^(exp + 31), m 2^exp are float64 numbers
+    (computed exactly by ldexp) when exp >= -1074 (lowest bit >= 2^-1074) and exp + 31 + 32 <= 1024 (finite)."""
+    if X.size and not (exp.min() >= MIN_EXP and exp.max() + WORD_CUT + 32 <= 1024):
+        return None
+    q, m = X >> WORD_CUT, X & ((1 << WORD_CUT) - 1)
+    e = exp.astype(np.int32)
+    return np.ldexp(q.astype(np.float64), e + WORD_CUT), np.ldexp(m.astype(np.float64), e)

@@ -169,23 +169,21 @@ def rotary_angles(B: Backend, cfg, positions) -> dict:
     return out
 
 
-def rotary_tables(B: Backend, cfg, n: int) -> tuple:
-    """(C, S): matrices (n x rotary_dim/2) of enclosures of cos and sin of p phi_j for positions p < n, phi_j =
-    rotary_base^(-2j/rotary_dim) / rotary_scaling_factor (the angles of `rotary_angles`), by angle addition:
-    with p = a L + b (L = ceil(sqrt n)), cos(p phi) = cos(a L phi) cos(b phi) - sin(a L phi) sin(b phi) and
-    sin(p phi) = sin(a L phi) cos(b phi) + cos(a L phi) sin(b phi), exact identities that ball arithmetic
-    encloses (two small matrix products per pair): 2 (L + n / L) cosines and sines per pair instead of 2 n."""
+def rotary_factors(B: Backend, cfg, n: int) -> tuple:
+    """(big, small, at): the rotary angles p phi_j of positions p < n by angle addition, phi_j = rotary_base^(-2j /
+    rotary_dim) / rotary_scaling_factor (the angles of `rotary_angles`): with L = ceil(sqrt n) and p = a L + b,
+    big = (cos, sin) of a L phi_j (a row per a < ceil(n / L), a column per pair j), small = (cos, sin) of b phi_j
+    (a row per b < L), matrices of B's enclosures, and at = (p // L, p % L) for p = 0..n-1: 2 (L + n / L) cosines
+    and sines per pair instead of 2 n (`error_balls.rotation` adds the angles exactly)."""
     half, side = cfg.rotary_dim // 2, math.isqrt(max(n - 1, 0)) + 1
-    log_base, cols = B.log(B.num(cfg.rotary_base)), ([], [])
-    for j in range(half):
-        phi = B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) * B.num(1 / Fraction(cfg.rotary_scaling_factor))
-        low = [B.num(b) * phi for b in range(side)]
-        small = B.matrix([[B.cos(x) for x in low], [B.sin(x) for x in low]])       # 2 x L: cos, sin of b phi
-        high = [B.num(a * side) * phi for a in range(-(-n // side))]
-        big = [(B.cos(x), B.sin(x)) for x in high]
-        for out, rows in zip(cols, ([[c, -t] for c, t in big], [[t, c] for c, t in big])):
-            out.append([x for row in B._native_matmul(B.matrix(rows), small).rows() for x in row][:n])
-    return tuple(B.matrix([list(row) for row in zip(*c)]) if half else B.matrix([[]] * n) for c in cols)
+    log_base, out = B.log(B.num(cfg.rotary_base)), []
+    phis = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) * B.num(1 / Fraction(cfg.rotary_scaling_factor))
+            for j in range(half)]
+    for steps in (range(0, n, side), range(side)):
+        angles = [[B.num(t) * phi for phi in phis] for t in steps]
+        out.append(tuple(B.matrix([[f(x) for x in row] for row in angles]) for f in (B.cos, B.sin)))
+    p = np.arange(n)
+    return out[0], out[1], (p // side, p % side)
 
 
 def rotary_pairs(cfg) -> list:
@@ -364,7 +362,7 @@ class Rotary:
             if self.B.exact and self.B.prec <= EXACT_MAX_PREC:
                 fine = make_backend(self.B.name, 2 * self.B.prec)
                 with fine.precision():
-                    self._exact = rotation(fine, rotary_tables(fine, self.cfg, self.n), rotary_pairs(self.cfg),
+                    self._exact = rotation(fine, *rotary_factors(fine, self.cfg, self.n), rotary_pairs(self.cfg),
                                            self.cfg.d_head, self.B.prec)
         return self._exact
 

@@ -16,7 +16,7 @@ from mpmath.ctx_mp import MPContext
 from tcert.checker import error_balls as E
 from tcert.checker import exact_backend, exact_products, exact_rounding
 from tcert.checker import operator_norms as N
-from tcert.checker.forward import rotary_angles, rotary_pairs, rotary_tables, rotate
+from tcert.checker.forward import rotary_angles, rotary_factors, rotary_pairs, rotate
 from tcert.checker.interval import IMat, make_backend
 
 REF = MPContext()
@@ -71,13 +71,24 @@ def tables(B, pos, theta):
     return (B.matrix([[B.cos(B.num(p * t)) for t in theta] for p in pos]),
             B.matrix([[B.sin(B.num(p * t)) for t in theta] for p in pos]))
 
+
+def rotation_at(fine, pos, theta, pairs, dh, prec, rng):
+    """E.rotation of rows at positions pos (angles p t), each p split at random as a + (p - a): the angles
+    added on the exact layer."""
+    a = [int(rng.integers(0, p + 1)) for p in pos]
+    idx = np.arange(len(pos))
+    return E.rotation(fine, tables(fine, a, theta), tables(fine, [p - x for p, x in zip(pos, a)], theta), (idx, idx),
+                      pairs, dh, prec)
+
+@pytest.mark.parametrize("prec", [64, 48])
 @settings(max_examples=12, deadline=None)
 @given(seed=SEEDS, eps=EPS, shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 3), st.integers(1, 4)))
-def test_exact_affine_ball_holds_images_and_is_no_wider(seed, eps, shape):
+def test_exact_affine_ball_holds_images_and_is_no_wider(prec, seed, eps, shape):
     """x W_h + b_h per head from centres of two parts: the images of perturbed points inside (the top
-    singular direction nearly attains the bound); every radius <= linear_heads' on the same rows."""
+    singular direction nearly attains the bound); every radius <= linear_heads' on the same rows (at 48 bits
+    the centre is the product's high word, `trimmed_centre`)."""
     m, k, heads, dh = shape
-    B, rng = make_backend("flint"), np.random.default_rng(seed)
+    B, rng = make_backend("flint", prec), np.random.default_rng(seed)
     W = (rng.standard_normal((k, heads * dh)) * 0.7).astype(np.float32)
     b = rng.standard_normal(heads * dh).astype(np.float32)
     X = point_rows(B, rng, m, k, eps)
@@ -159,7 +170,7 @@ def test_exact_rotate_ball_holds_images_and_is_no_wider(adjacent, prec, seed, ep
     X = point_rows(B, rng, m, dh, eps)
     fine = make_backend("flint", 2 * prec)
     with fine.precision():
-        rot = E.rotation(fine, tables(fine, pos, theta), pairs, dh, prec)
+        rot = rotation_at(fine, pos, theta, pairs, dh, prec, rng)
     assert len(rot.cos) == (1 if prec == 48 else 2)
     with B.precision():
         out = E.exact_rotate(B, X, rot)
@@ -247,8 +258,9 @@ def frac(parts, i, j):
 @settings(max_examples=25, deadline=None)
 @given(seed=SEEDS, m=st.integers(1, 5), n=st.integers(1, 7))
 def test_entrywise_products_and_row_sums_are_exact(seed, m, n):
-    """diag(a) X diag(w) and X * Y + Z * S (parts, zeros, subnormals, spreads): split_centre's centre
-    within its radius of the Fraction value, the radius tight; row_sums of X * X the exact squared norms."""
+    """diag(a) X diag(w) and X * Y + Z * S (parts, zeros, subnormals, spreads): split_centre's centre (~105 bits,
+    or with `word` the high word, ~61 bits) within its radius of the Fraction value, the radius tight; row_sums of
+    X * X the exact squared norms."""
     rng = np.random.default_rng(seed)
     X = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -60)
     a, w = (rng.standard_normal((m, 1)),), (rng.standard_normal((1, n)).astype(np.float32).astype(np.float64),)
@@ -262,15 +274,39 @@ def test_entrywise_products_and_row_sums_are_exact(seed, m, n):
             (exact_products.entrywise_sum([([X, Y], []), ([Z, S], [])]),
              lambda i, j: frac(X, i, j) * frac(Y, i, j) + frac(Z, i, j) * frac(S, i, j),
              lambda i: 2 * max(peak(X, i), peak(Z, i)) * max(peak(Y, i), peak(S, i)))):
-        split = exact_rounding.split_centre(got)
-        if split is None:        # a part beyond the float range: declined
-            continue
-        (c1, c2), sq = split
-        for i in range(m):
-            err = sum((value(i, j) - Fraction(float(c1[i, j])) - Fraction(float(c2[i, j]))) ** 2 for j in range(n))
-            assert err <= sq[i] <= max(err, (scale(i) * Fraction(1, 2 ** 90)) ** 2 * n)   # tight to the row's scale
+        for word, tight in ((False, 90), (True, 50)):     # the high word alone: ~61 bits of the row's scale
+            split = exact_rounding.split_centre(got, word)
+            if split is None:        # a part beyond the float range: declined
+                continue
+            (c1, c2), sq = split
+            for i in range(m):
+                err = sum((value(i, j) - Fraction(float(c1[i, j])) - Fraction(float(c2[i, j]))) ** 2 for j in range(n))
+                assert err <= sq[i]
+                # tight to the row's scale (a zero row has no scale: its units are its chunk's, on the scale 2^0)
+                assert not scale(i) or sq[i] <= max(err, (scale(i) * Fraction(1, 2 ** tight)) ** 2 * n)
     sums = exact_products.row_sums(exact_products.entrywise([X, X]))
     assert sums == [sum(frac(X, i, j) ** 2 for j in range(n)) for i in range(m)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=SEEDS, exp=st.integers(-1200, 1100))
+def test_word_parts_are_the_exact_word_or_declined(seed, exp):
+    """`_word_parts`: h1 + h2 = X 2^e exactly (int64 words up to 2^63, negative, zero), h1 of <= 33 and h2 of
+    <= 31 significant bits, h2 >= 0; None exactly when a part would leave the float range (subnormal low
+    bits or overflow); a mutant splitting at 30 bits but scaling by 2^31 would fail the sum."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-2 ** 62, 2 ** 62, (3, 4), dtype=np.int64) >> rng.integers(0, 62, (3, 4))
+    X[0, 0], X[0, 1], X[0, 2] = 0, -(2 ** 63) + 1, 2 ** 63 - 1
+    e = np.full(X.shape, exp, np.int64) + rng.integers(0, 3, X.shape)
+    got = exact_rounding._word_parts(X, e)
+    fits = e.min() >= -1074 and e.max() + 63 <= 1024
+    assert (got is not None) == fits
+    if got is None:
+        return
+    h1, h2 = got
+    for (i, j), x in np.ndenumerate(X):
+        assert Fraction(float(h1[i, j])) + Fraction(float(h2[i, j])) == int(x) * Fraction(2) ** int(e[i, j])
+        assert h2[i, j] >= 0 and Fraction(float(h2[i, j])) < Fraction(2) ** (int(e[i, j]) + 31)
 
 
 @settings(max_examples=25, deadline=None)
@@ -571,7 +607,7 @@ def test_uniform_radii_bound_every_row(seed, m, prec):
     fine, theta = make_backend("flint", 2 * prec), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(dh // 2)]
     pos = rng.integers(0, 5000, m).tolist()
     with fine.precision():
-        rot = E.rotation(fine, tables(fine, pos, theta), [(0, 2), (1, 3)], dh, prec)
+        rot = rotation_at(fine, pos, theta, [(0, 2), (1, 3)], dh, prec, rng)
     with B.precision():
         r_own, r_one = E.exact_rotate(B, own[0], rot), E.exact_rotate(B, own[0], rot, uniform=True)
     assert centre(B, r_own) == centre(B, r_one) and len(set(r_one.eps)) == 1
@@ -591,7 +627,7 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
     pos, theta = rng.integers(0, 5000, m).tolist(), [Fraction(int(t * 2 ** 20), 2 ** 20) for t in rng.random(half)]
     pairs = [(2 * j, 2 * j + 1) for j in range(half)]
     with fine.precision():
-        rot = E.rotation(fine, tables(fine, pos, theta), pairs, 2 * half, prec)
+        rot = rotation_at(fine, pos, theta, pairs, 2 * half, prec, rng)
     worst = REF.mpf(0)
     for i, p in enumerate(pos):
         for j, (i1, _) in enumerate(pairs):
@@ -599,31 +635,45 @@ def test_rotation_delta_bounds_every_row(prec, seed, m, half):
             a = mp(p * theta[j])
             worst = max(worst, REF.sqrt((REF.cos(a) - c) ** 2 + (REF.sin(a) + s) ** 2))
     assert worst <= mp(rot.delta) and E.rotation_rows(rot, [m - 1]).delta == rot.delta
-    assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-2 * prec + 8)
+    assert mp(rot.delta) <= 4 * worst + REF.mpf(2) ** (-prec - 32)     # the exact sum's exit: ~2^-100
 
 
 @pytest.mark.parametrize("name", ["flint", "mpmath"])
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 40), half=st.integers(1, 4), base=st.sampled_from([10000, 7, 500000]),
-       factor=st.sampled_from([Fraction(1), Fraction(4), Fraction(5, 2)]), prec=st.sampled_from([64, 96]))
-def test_rotary_tables_hold_the_200_bit_cos_and_sin(name, n, half, base, factor, prec):
-    """forward.rotary_tables (angle addition, p = a L + b): every entry holds the 200-bit cos and sin of
-    p base^(-2j/rotary_dim) / factor, n square or not, with linear scaling; each entry is at most 64 times as
-    wide as `rotary_angles`' plus 2^-(prec - 8), on both backends. A mutant with a wrong sign in either identity,
-    or with a wrong step a L in the split, fails."""
+       factor=st.sampled_from([Fraction(1), Fraction(4), Fraction(5, 2)]), prec=st.sampled_from([48, 64]))
+def test_rotary_rotation_holds_the_200_bit_cos_and_sin(name, n, half, base, factor, prec):
+    """forward.rotary_factors (p = a L + b): the factors hold the 200-bit cos and sin of a L phi_j and b phi_j,
+    phi_j = base^(-2j/rotary_dim) / factor, n square or not, on both backends; and error_balls.rotation of them
+    (flint; mpmath has no near balls: None) is within delta of every position's 200-bit cos and sin, delta within
+    4x of one float64 rounding (48 bits: one part) or 2^-(prec + 32) (two parts). A mutant with a wrong sign in either
+    identity, or the small factors read at the big ones' rows, fails."""
     cfg = SimpleNamespace(rotary=True, rotary_dim=2 * half, rotary_base=base, rotary_scaling_factor=factor)
-    B = make_backend(name, prec)
-    with B.precision():
-        C, S = (t.rows() for t in rotary_tables(B, cfg, n))
-        direct = rotary_angles(B, cfg, range(n))
-    assert len(C) == n and all(len(r) == half for r in C + S)
+    fine = make_backend(name, 2 * prec)
+    pairs = [(2 * j, 2 * j + 1) for j in range(half)]
+    with fine.precision():
+        big, small, (a, b) = rotary_factors(fine, cfg, n)
+        rot = E.rotation(fine, big, small, (a, b), pairs, 2 * half, prec)
+    side = len(small[0].rows())
+
+    def phi(j):
+        return REF.power(base, REF.mpf(-2 * j) / (2 * half)) / mp(factor)
+    assert list(a * side + b) == list(range(n))
+    for tabs, steps in ((big, range(0, n, side)), (small, range(side))):
+        for t, row_c, row_s in zip(steps, *(x.rows() for x in tabs)):
+            for j in range(half):
+                for x, want in ((row_c[j], REF.cos(t * phi(j))), (row_s[j], REF.sin(t * phi(j)))):
+                    assert mp(fine.lower(x)) <= want <= mp(fine.upper(x))
+    if name == "mpmath":
+        assert rot is None
+        return
+    worst = REF.mpf(0)
     for p in range(n):
-        for j in range(half):
-            a = REF.mpf(p) / mp(factor) * REF.power(base, REF.mpf(-2 * j) / (2 * half))
-            for x, want, ref in ((C[p][j], REF.cos(a), direct[p][0][j]), (S[p][j], REF.sin(a), direct[p][1][j])):
-                lo, hi = mp(B.lower(x)), mp(B.upper(x))
-                assert lo <= want <= hi
-                assert hi - lo <= 64 * (mp(B.upper(ref)) - mp(B.lower(ref))) + REF.mpf(2) ** (-prec + 8)
+        for j, (i1, _) in enumerate(pairs):
+            c, s = (sum(REF.mpf(float(part[p, i1])) for part in parts) for parts in (rot.cos, rot.sin))
+            worst = max(worst, REF.sqrt((REF.cos(p * phi(j)) - c) ** 2 + (REF.sin(p * phi(j)) + s) ** 2))
+    assert worst <= mp(rot.delta)
+    assert mp(rot.delta) <= (4 * REF.mpf(2) ** -53 if prec == 48 else REF.mpf(2) ** (-prec - 32))
 
 
 @pytest.mark.parametrize("name", ["flint", "mpmath"])

@@ -137,8 +137,8 @@ def top_digit(w, bits: int):
 
 
 def _on(values: list, exp: int, to: int) -> list:
-    """Integers v 2^exp rewritten on the lower power 2^to (to <= exp)."""
-    return [v << (exp - to) for v in values]
+    """Integers v 2^exp rewritten on the lower power 2^to (to <= exp; the same list when to = exp)."""
+    return values if exp == to else [v << (exp - to) for v in values]
 
 
 def exact_columns(parts, w, cols: list, bias, e):
@@ -176,9 +176,10 @@ def screened_columns(parts, w, bias, e):
     l1, le = float_integers(np.concatenate([np.abs(p).reshape(-1) for p in parts]))
     (en, ee), root, low = e, math.isqrt(d - 1) + 1, int(tops.min(initial=0))
     exp = min(ce, be, le + low - bits, ee + low)
-    total = sum(l1)
-    slack = [(total << (t - bits + le - exp)) + ((en * root) << (t + ee - exp)) for t in tops.tolist()]
-    return [a + b for a, b in zip(_on(centre, ce, exp), _on(bv, be, exp))], slack, exp
+    total, tops = sum(l1), tops.tolist()
+    slack = {t: (total << (t - bits + le - exp)) + ((en * root) << (t + ee - exp)) for t in set(tops)}  # per top
+    sc, sb = ce - exp, be - exp          # both >= 0: centre and bias rewritten on 2^exp (`_on`), in one pass
+    return [(a << sc) + (b << sb) for a, b in zip(centre, bv)], [slack[t] for t in tops], exp
 
 
 def contenders(lows: list, highs: list, k: int) -> list:
@@ -211,9 +212,9 @@ def exact_gap_table(B, W, x, k: int):
     (lk,), (rk,), kexp = exact_columns(parts, w, [k], bias, e)
     logit, slack, sexp = screened_columns(parts, w, bias, e)
     exp = min(kexp, sexp)
-    lk, rk, logit, slack = lk << (kexp - exp), rk << (kexp - exp), _on(logit, sexp, exp), _on(slack, sexp, exp)
-    lows = [lk - y - rk - z for y, z in zip(logit, slack)]
-    highs = [lk - y + rk + z for y, z in zip(logit, slack)]
+    lk, rk, s = lk << (kexp - exp), rk << (kexp - exp), sexp - exp     # y, z on 2^exp: y << s, z << s
+    lows = [lk - rk - ((y + z) << s) for y, z in zip(logit, slack)]
+    highs = [lk + rk - ((y - z) << s) for y, z in zip(logit, slack)]
     lows[k] = highs[k] = 0
     open_gaps = contenders(lows, highs, k)
     if open_gaps:

@@ -15,9 +15,10 @@ up). The raise stops, and the claim is REJECTED, when
 
 Before the ladder, a coarse pass (`coarse_gap`): where the exact layer is on at a precision above
 COARSE_PREC, the whole rigorous pass first runs at COARSE_PREC bits, where centres keep fewer digits
-(`exact_rounding.trim_below`). It is as rigorous as any rung, only looser: when it proves the margin the
-claim is VERIFIED at COARSE_PREC; otherwise the ladder runs unchanged from the starting precision (the
-coarse pass is not counted in its work, so its stops are the same as without it).
+(`error_balls.trimmed_centre`: the high word of each exact result). It is as rigorous as any rung, only
+looser: when it proves the margin the claim is VERIFIED at COARSE_PREC; otherwise the ladder runs unchanged
+from the starting precision (the coarse pass is not counted in its work, so its stops are the same as
+without it).
 
 This is a simple documented cap, not a resource model: prec <= 1024 and at most 24 first-pass
 equivalents of work. A prediction is only evaluated, never trusted: every rung recomputes the whole
