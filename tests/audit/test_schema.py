@@ -48,7 +48,8 @@ PARSER_ONLY = {
     r"mask: must be": "a cubic case's mask is a non-empty subset of the tokens below m",
     r"harmonic rate": "rate inverse is refused for a causal model with >= 2 layers",
     r"required exactly when the model has a final LayerNorm|only with method lp|only for a perm free set|final "
-    r"LayerNorm is certified only": "a field whose presence depends on the model or on another field",
+    r"LayerNorm is certified only|needs a perm free set":
+        "a field whose presence depends on the model or on another field",
     r"exceeds n_ctx": "prefix + free string + query longer than the model's n_ctx",
     r"the distribution's total weight is": "a weighted accuracy claim's total_weight equals what its distribution "
                                           "gives the model's d_vocab^n_ctx inputs",
