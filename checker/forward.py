@@ -34,11 +34,14 @@ class Weights:
     """Exact interval copies of a model's tensors, converted once per check, and rigorous norms of them.
 
     `norms` (exact Fractions, independent of the backend and its precision) may be shared between the
-    Weights of several backends on one model, e.g. when the prediction kind raises its precision."""
+    Weights of several backends on one model, e.g. when the prediction kind raises its precision; spectral
+    norms are keyed by `squarings` (the trace-power chain's length, `operator_norms.operator_norm`), so a
+    looser tier (the prediction kind's coarse pass) never reuses or supplies another tier's bound."""
 
-    def __init__(self, backend: Backend, model, norms: dict | None = None):
+    def __init__(self, backend: Backend, model, norms: dict | None = None, squarings: int = operator_norms.SQUARINGS):
         self.B, self.model, self.cache = backend, model, {}
         self.norms = {} if norms is None else norms
+        self.squarings = squarings
 
     def _cached(self, key, make):
         if key not in self.cache:
@@ -89,14 +92,14 @@ class Weights:
     def norm(self, name: str, head: int | None = None) -> Fraction:
         """An exact rational >= the spectral norm of a weight matrix: tensor `name`, its slice for `head`,
         or for per-head tensors the heads stacked (W_O) or side by side (W_Q, W_K, W_V)."""
-        key = ("norm", name, head)
+        key = ("norm", name, head, self.squarings)
         if key not in self.norms:
             t = np.asarray(self.model.tensors[name])
             if head is not None:
                 t = t[head]
             elif t.ndim == 3:
                 t = np.concatenate(list(t), axis=0 if name.endswith("W_O") else 1)
-            self.norms[key] = operator_norms.operator_norm(t)
+            self.norms[key] = operator_norms.operator_norm(t, self.squarings)
         return self.norms[key]
 
     def col_norms(self, name: str) -> list:

@@ -321,6 +321,8 @@ def test_operator_norm_bounds_the_top_singular_value(spec):
     bound = N.operator_norm(a)
     assert true <= bound
     assert bound <= true * Fraction(104, 100) + Fraction(float(np.max(np.abs(a)))) * m * n / 2 ** 14
+    coarse = N.operator_norm(a, 0)     # the prediction kind's coarse tier: tr(G^2)^(1/4) <= rank^(1/4) ||a||_2
+    assert true <= coarse and coarse ** 4 <= (true * Fraction(104, 100) + Fraction(float(np.max(np.abs(a)))) * m * n / 2 ** 14) ** 4 * min(m, n)
 
 
 def test_operator_norm_special_matrices():

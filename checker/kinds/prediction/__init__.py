@@ -21,7 +21,7 @@ from tcert.checker.errors import BadInput
 from tcert.checker.forward import Weights, last_logits, unembed_input
 from tcert.checker.interval import EXACT_MAX_PREC, make_backend
 from tcert.checker.kinds.prediction.gaps import GapTable, exact_gap_table
-from tcert.checker.kinds.prediction.precision import COARSE_PREC, MAX_PREC, WORK_LIMIT, next_precision, pass_cost
+from tcert.checker.kinds.prediction.precision import COARSE_PREC, COARSE_SQUARINGS, MAX_PREC, WORK_LIMIT, next_precision, pass_cost
 from tcert.checker.numbers import parse_int, parse_number, show
 
 
@@ -85,12 +85,12 @@ def gap_at(B, model, tokens: list, k: int, W) -> tuple:
 
 def coarse_gap(B, model, tokens: list, k: int, margin: Fraction, W) -> Gap | None:
     """The min gap at COARSE_PREC bits when it proves `margin` (precision.py: a whole rigorous pass at the lower
-    precision, where the exact layer keeps fewer digits), else None; None at once unless B's exact layer is on
+    precision, where the exact layer keeps fewer digits, with looser norms, COARSE_SQUARINGS), else None; None at once unless B's exact layer is on
     at a precision above COARSE_PREC (and at most EXACT_MAX_PREC)."""
     if not (B.exact and COARSE_PREC < B.prec <= EXACT_MAX_PREC):
         return None
     C = make_backend(B.name, COARSE_PREC)
-    lower, j, upper, _ = gap_at(C, model, tokens, k, Weights(C, model, W.norms))
+    lower, j, upper, _ = gap_at(C, model, tokens, k, Weights(C, model, W.norms, COARSE_SQUARINGS))
     return Gap(lower, j, upper, COARSE_PREC, "") if lower >= margin else None
 
 

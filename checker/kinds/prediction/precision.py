@@ -15,8 +15,10 @@ up). The raise stops, and the claim is REJECTED, when
 
 Before the ladder, a coarse pass (`coarse_gap`): where the exact layer is on at a precision above
 COARSE_PREC, the whole rigorous pass first runs at COARSE_PREC bits, where centres keep fewer digits
-(`error_balls.trimmed_centre`: the high word of each exact result). It is as rigorous as any rung, only
-looser: when it proves the margin the claim is VERIFIED at COARSE_PREC; otherwise the ladder runs unchanged
+(`error_balls.trimmed_centre`: the high word of each exact result), and with spectral norms from a shorter
+trace-power chain (COARSE_SQUARINGS: ||W||_2 <= tr(G^2)^(1/4), G the Gram matrix, at most rank^(1/4) above
+it, instead of tr(G^32)^(1/64) by four squarings; the same proof in `operator_norms.gram_lambda_bound`,
+k = 0). It is as rigorous as any rung, only looser: when it proves the margin the claim is VERIFIED at COARSE_PREC; otherwise the ladder runs unchanged
 from the starting precision (the coarse pass is not counted in its work, so its stops are the same as
 without it).
 
@@ -28,6 +30,7 @@ forward pass at its own precision and the verdict compares exact Fractions.
 from fractions import Fraction
 
 COARSE_PREC = 48      # the coarse first pass (`coarse_gap` in __init__.py) runs at this many bits
+COARSE_SQUARINGS = 0  # ... with spectral norms tr(G^2)^(1/4) (operator_norms.operator_norm, no squaring of G)
 MAX_PREC = 1024       # the checker never raises beyond this many bits
 WORK_LIMIT = 24       # total work of all passes <= WORK_LIMIT x the first pass's
 SAFETY_BITS = 16      # added to the predicted precision
