@@ -86,6 +86,28 @@ def test_int64_screen_proves_only_correct_cases(tiny):
     assert proved_any > 0
 
 
+def test_screen_value_bounds_for_every_m_match_the_definition():
+    """screen.value_bounds (every max token m at once) against its definition m by m (each table centred at
+    column m, column m dropped, maxima over the rest), on random int64 tables with many ties, n = 2..5 and
+    d_vocab 2..7; d_vocab 1 is refused (no x != m)."""
+    rng = np.random.default_rng(11)
+    for n, v in itertools.product(range(2, 6), range(2, 8)):
+        V = {}
+        for name, rows_ in (("EU", v), ("EVOU", v), ("PVOU", n)):
+            lo = rng.integers(-4, 4, size=(rows_, v)) * (1 << 17)
+            V[name] = (lo, lo + rng.integers(0, 3, size=lo.shape) * (1 << 16))
+        got = screen.value_bounds(V, n)
+        for m in range(v):
+            EU, EV, PV = (np.delete(hi - lo[:, [m]], m, axis=1) for lo, hi in (V["EU"], V["EVOU"], V["PVOU"]))
+            Pn = PV[: n - 1].max(axis=0)
+            want = ((EU + EV[m] + Pn).max(axis=1), (EU + EV + PV[n - 1]).max(axis=1), EU.max(axis=1),
+                    (EV + Pn).max(axis=1))
+            assert all((g[m] == w).all() for g, w in zip(got, want)), (n, v, m)
+    one = {name: (np.zeros((r, 1), np.int64),) * 2 for name, r in (("EU", 1), ("EVOU", 1), ("PVOU", 3))}
+    with pytest.raises(BadInput, match="d_vocab >= 2"):
+        screen.value_bounds(one, 3)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
     """refine's cubic sets, derived by the checker (`refine.cubic_weight`, not read from the certificate):
