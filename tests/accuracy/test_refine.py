@@ -467,6 +467,7 @@ def test_int64_rows_bound_the_exact_terms(tiny):
                     gap = max(H_hi[x] - H_lo[m] for x in range(v) if x != m)
                     assert gap <= int(R.D[i, t, m]) * scale
     assert R.D.shape == (n - 1, v, v)
+    assert (R.D == rows.top_two(R.Hh[: n - 1]) - R.Hl[: n - 1]).all()      # no looser than the definition
 
 
 # --------------------------------------------------------------------------- certificates, random and edited

@@ -103,8 +103,17 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     at = (np.arange(len(qs))[:, None], n - 1, np.array(qs)[:, None])      # query q's own row at n-1
     Hl[at], Hh[at] = interval_products(wl[at], wh[at], (EUl[qs] + EVl[qs] + PVl[n - 1])[:, None, :],
                                        (EUh[qs] + EVh[qs] + PVh[n - 1])[:, None, :])
-    D = top_two(Hh[:, f])
-    return Rows(Hl, Hh, E, np.subtract(D, Hl[:, f], out=D))
+    return Rows(Hl, Hh, E, top_two_gaps(Hh[:, f], Hl[:, f]))
+
+
+def top_two_gaps(Hh, Hl):
+    """top_two(Hh) - Hl (int64, entries below 2^(WB+VB) in magnitude: the difference below 2^62), written as
+    the row's largest minus Hl, then corrected at each row's first argmax (the largest of the others there)."""
+    top, second, arg = row_tops(Hh)
+    D = np.subtract(top[..., None], Hl)
+    at = tuple(np.indices(arg.shape, sparse=True)) + (arg,)
+    D[at] = second - Hl[at]
+    return D
 
 
 def loose_bounds(size: int) -> tuple:
