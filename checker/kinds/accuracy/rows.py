@@ -97,8 +97,9 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
     shape, f = wl.shape[:3] + (len(EUl[0]),), slice(0, n - 1)          # f: the free positions
     Hl, Hh = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
-    interval_products(wl[:, f], wh[:, f], value_sum(EUl[qs][:, None, None, :], EVl[None, None, t], PVl[None, f, None]),
-                      value_sum(EUh[qs][:, None, None, :], EVh[None, None, t], PVh[None, f, None]), Hl[:, f], Hh[:, f])
+    # V = (EU[q] + PVOU[i]) + EVOU[t]: the small sum first, then one pass of the full shape
+    interval_products(wl[:, f], wh[:, f], (EUl[qs][:, None, None, :] + PVl[None, f, None]) + EVl[None, None, t],
+                      (EUh[qs][:, None, None, :] + PVh[None, f, None]) + EVh[None, None, t], Hl[:, f], Hh[:, f])
     Hl[:, n - 1], Hh[:, n - 1] = loose_bounds(size)
     at = (np.arange(len(qs))[:, None], n - 1, np.array(qs)[:, None])      # query q's own row at n-1
     Hl[at], Hh[at] = interval_products(wl[at], wh[at], (EUl[qs] + EVl[qs] + PVl[n - 1])[:, None, :],
@@ -121,13 +122,6 @@ def loose_bounds(size: int) -> tuple:
     and |V| <= size (`stacked_rows`); the query position's rows of tokens other than q (never read) hold them."""
     big = (1 << WB) * size                      # below 2^(WB + VB): the module docstring's magnitude
     return -big, big
-
-
-def value_sum(a, b, c):
-    """a + b + c (int64, broadcast) in one new array (no temporary of the full shape)."""
-    out = np.empty(np.broadcast_shapes(a.shape, b.shape, c.shape), dtype=np.int64)
-    np.add(a, b, out=out)
-    return np.add(out, c, out=out)
 
 
 def interval_products(wl, wh, Vl, Vh, Hl=None, Hh=None) -> tuple:
