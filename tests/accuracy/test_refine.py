@@ -86,6 +86,28 @@ def test_int64_screen_proves_only_correct_cases(tiny):
     assert proved_any > 0
 
 
+def test_screen_value_bounds_for_every_m_match_the_definition():
+    """screen.value_bounds (every max token m at once) against its definition m by m (each table centred at
+    column m, column m dropped, maxima over the rest), on random int64 tables with many ties, n = 2..5 and
+    d_vocab 2..7; d_vocab 1 is refused (no x != m)."""
+    rng = np.random.default_rng(11)
+    for n, v in itertools.product(range(2, 6), range(2, 8)):
+        V = {}
+        for name, rows_ in (("EU", v), ("EVOU", v), ("PVOU", n)):
+            lo = rng.integers(-4, 4, size=(rows_, v)) * (1 << 17)
+            V[name] = (lo, lo + rng.integers(0, 3, size=lo.shape) * (1 << 16))
+        got = screen.value_bounds(V, n)
+        for m in range(v):
+            EU, EV, PV = (np.delete(hi - lo[:, [m]], m, axis=1) for lo, hi in (V["EU"], V["EVOU"], V["PVOU"]))
+            Pn = PV[: n - 1].max(axis=0)
+            want = ((EU + EV[m] + Pn).max(axis=1), (EU + EV + PV[n - 1]).max(axis=1), EU.max(axis=1),
+                    (EV + Pn).max(axis=1))
+            assert all((g[m] == w).all() for g, w in zip(got, want)), (n, v, m)
+    one = {name: (np.zeros((r, 1), np.int64),) * 2 for name, r in (("EU", 1), ("EVOU", 1), ("PVOU", 3))}
+    with pytest.raises(BadInput, match="d_vocab >= 2"):
+        screen.value_bounds(one, 3)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_derived_cubic_sets_cover_only_correct_inputs(tiny, weighted):
     """refine's cubic sets, derived by the checker (`refine.cubic_weight`, not read from the certificate):
@@ -389,6 +411,28 @@ def test_top_two_is_the_max_over_the_other_entries():
         assert (rows.top_two(M.reshape(20, 10, width)) == want.reshape(20, 10, width)).all() and (M == before).all()
 
 
+def test_interval_products_and_align_up_against_the_definitions():
+    """rows.interval_products: Hl / Hh are exactly the least / largest of the four end products of w in
+    [wl, wh] (wl >= 0) and V in [Vl, Vh] of both signs, written into given arrays or new ones; rows.align_up
+    is the ceiling of x 2^-s (shifts 0..70, |x| < 2^62), as `align`."""
+    rng = np.random.default_rng(5)
+    wl = rng.integers(0, 1 << 30, size=(3, 4, 1))
+    wh = wl + rng.integers(0, 1 << 10, size=wl.shape)
+    Vl = rng.integers(-(1 << 28), 1 << 28, size=(3, 4, 6))
+    Vh = Vl + rng.integers(0, 1 << 20, size=Vl.shape)
+    corners = [a * b for a in (wl, wh) for b in (Vl, Vh)]
+    want_l, want_h = np.minimum.reduce(corners), np.maximum.reduce(corners)
+    Hl, Hh = rows.interval_products(wl, wh, Vl.copy(), Vh.copy())
+    assert (Hl == want_l).all() and (Hh == want_h).all()
+    out = np.zeros((2,) + Vl.shape, dtype=np.int64)
+    rows.interval_products(wl, wh, Vl.copy(), Vh.copy(), out[0], out[1])
+    assert (out[0] == want_l).all() and (out[1] == want_h).all()
+    x = rng.integers(-(1 << 62) + 1, 1 << 62, size=(5, 71))
+    s = np.broadcast_to(np.arange(71), x.shape).copy()
+    want = np.array([[-((-int(v)) >> int(k)) for v, k in zip(row, srow)] for row, srow in zip(x, s)])
+    assert (rows.align_up(x, s.copy()) == want).all() and (rows.align(x, s, True) == want).all()
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^(E - 2 WB - k) <= w V <= Hh 2^(E - 2 WB - k) and D >= max_{x != m} H[x] - H[m]
     (k the value scale), against exact rationals of the float64 ends the rows are built from (w = e pw over
@@ -421,6 +465,7 @@ def test_int64_rows_bound_the_exact_terms(tiny):
                     gap = max(H_hi[x] - H_lo[m] for x in range(v) if x != m)
                     assert gap <= int(R.D[i, t, m]) * scale
     assert R.D.shape == (n - 1, v, v)
+    assert (R.D == rows.top_two(R.Hh[: n - 1]) - R.Hl[: n - 1]).all()      # no looser than the definition
 
 
 # --------------------------------------------------------------------------- certificates, random and edited

@@ -194,7 +194,7 @@ def query_terms(Sc, n: int, M, Q, R, T) -> tuple:
     intercepts of the max token's and the query's terms) per group (M, Q), and Bk the key terms of each
     group's tokens T (token j of group R[j])."""
     v = Sc.V["EU"][0].shape[1]
-    cols = np.array([[x for x in range(v) if x != m] for m in range(v)], dtype=np.int64)      # x != m
+    cols = np.arange(v - 1) + (np.arange(v - 1) >= np.arange(v)[:, None])        # cols[m]: the x != m
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)

@@ -80,12 +80,10 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query), for the
     key tokens t < `tokens` only (default all: rows of other tokens are never read by a caller that passes it).
     w = e pw from WB-bit mantissas of each (`mantissas`; exact int64 products below 2^(2 WB)), cut to WB bits
-    at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length)."""
+    at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length). The query
+    position n-1 holds q in every input: its rows of the other tokens are the loosest bound (`loose_bounds`)."""
     n, t = tables["n"], slice(0, tokens)
     qs = list(qs)
-    (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
-    Vl = EUl[qs][:, None, None, :] + EVl[None, None, t, :] + PVl[None, :, None, :]
-    Vh = EUh[qs][:, None, None, :] + EVh[None, None, t, :] + PVh[None, :, None, :]
     el, eh, Xe = mantissas(*(a[qs][:, t] for a in tables["ends"]["e"]), WB)
     pl, ph, Xp = mantissas(*(a[qs][:, :n] for a in tables["ends"]["pw"]), WB)
     w_lo, w_hi = pl[:, :, None] * el[:, None, :], ph[:, :, None] * eh[:, None, :]       # below 2^(2 WB + 1)
@@ -96,10 +94,44 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     # |Vl|, |Vh| <= size: each is a sum of one entry of each of the three tables
     if size >= 1 << value_bits(n) or int(wh.max()) > 1 << WB:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
-    Hh, Hl = wh * Vh, wl * Vl                   # w in [wl, wh], wl >= 0: the bounds of w V are the ends' products
-    np.maximum(Hh, wl * Vh, out=Hh)
-    np.minimum(Hl, wh * Vl, out=Hl)
-    return Rows(Hl, Hh, E, top_two(Hh[:, : n - 1]) - Hl[:, : n - 1])
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
+    shape, f = wl.shape[:3] + (len(EUl[0]),), slice(0, n - 1)          # f: the free positions
+    Hl, Hh = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
+    # V = (EU[q] + PVOU[i]) + EVOU[t]: the small sum first, then one pass of the full shape
+    interval_products(wl[:, f], wh[:, f], (EUl[qs][:, None, None, :] + PVl[None, f, None]) + EVl[None, None, t],
+                      (EUh[qs][:, None, None, :] + PVh[None, f, None]) + EVh[None, None, t], Hl[:, f], Hh[:, f])
+    Hl[:, n - 1], Hh[:, n - 1] = loose_bounds(size)
+    at = (np.arange(len(qs))[:, None], n - 1, np.array(qs)[:, None])      # query q's own row at n-1
+    Hl[at], Hh[at] = interval_products(wl[at], wh[at], (EUl[qs] + EVl[qs] + PVl[n - 1])[:, None, :],
+                                       (EUh[qs] + EVh[qs] + PVh[n - 1])[:, None, :])
+    return Rows(Hl, Hh, E, top_two_gaps(Hh[:, f], Hl[:, f]))
+
+
+def top_two_gaps(Hh, Hl):
+    """top_two(Hh) - Hl (int64, entries below 2^(WB+VB) in magnitude: the difference below 2^62), written as
+    the row's largest minus Hl, then corrected at each row's first argmax (the largest of the others there)."""
+    top, second, arg = row_tops(Hh)
+    D = np.subtract(top[..., None], Hl)
+    at = tuple(np.indices(arg.shape, sparse=True)) + (arg,)
+    D[at] = second - Hl[at]
+    return D
+
+
+def loose_bounds(size: int) -> tuple:
+    """(-2^WB size, 2^WB size): bounds of every term w V at its exponent E, as the asserted w <= 2^WB 2^(E - 2 WB)
+    and |V| <= size (`stacked_rows`); the query position's rows of tokens other than q (never read) hold them."""
+    big = (1 << WB) * size                      # below 2^(WB + VB): the module docstring's magnitude
+    return -big, big
+
+
+def interval_products(wl, wh, Vl, Vh, Hl=None, Hh=None) -> tuple:
+    """(Hl, Hh) with Hl <= w V <= Hh for w in [wl, wh], wl >= 0, V in [Vl, Vh]: the ends' products (int64,
+    below 2^(WB+VB) by `stacked_rows`' assertion), into the arrays Hl, Hh if given. Vl and Vh (of the products'
+    shape) are overwritten."""
+    Hh, Hl = np.multiply(wh, Vh, out=Hh), np.multiply(wl, Vl, out=Hl)
+    np.maximum(Hh, np.multiply(wl, Vh, out=Vh), out=Hh)
+    np.minimum(Hl, np.multiply(wh, Vl, out=Vl), out=Hl)
+    return Hl, Hh
 
 
 def top_two(M):
@@ -127,6 +159,14 @@ def align(x, s, up: bool):
     result is already 0 / -1 or 1 / 0)."""
     s = np.minimum(s, 63)
     return -((-x) >> s) if up else x >> s
+
+
+def align_up(x, s):
+    """`align`(x, s, up=True) with s an array of the result's shape that it overwrites (no other temporary)."""
+    np.minimum(s, 63, out=s)
+    y = np.negative(x)
+    np.right_shift(y, s, out=y)
+    return np.negative(y, out=y)
 
 
 def decide(rows: Rows, tok, m) -> np.ndarray:
@@ -173,7 +213,7 @@ def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[:, : n - 1, :, None], True)
+    return rows, Eq, align_up(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[:, : n - 1, :, None])
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:

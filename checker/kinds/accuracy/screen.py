@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tcert.checker.errors import BadInput
-from tcert.checker.kinds.accuracy.rows import align, mantissas, scaled_ends, value_tables
+from tcert.checker.kinds.accuracy.rows import align, mantissas, scaled_ends, top_two, value_tables
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
@@ -83,20 +83,28 @@ def weights(S: Screen, Q, M, T, up: bool):
 
 def value_bounds(V, n: int) -> tuple:
     """cubic's `value_bounds` for every max token m at once: arrays Tm[m, q], Tq[m, q], EUp[m, q], R[m, k]
-    (each table centred at column m, maxima over x != m)."""
-    v = len(V["EU"][0])
-    Tm, Tq, EUp, R = (np.empty((v, v), dtype=np.int64) for _ in range(4))
-    for m in range(v):
-        EU, EV, PV = centred(V, m)
-        Pn = PV[: n - 1].max(axis=0)
-        Tm[m], Tq[m] = (EU + EV[m] + Pn).max(axis=1), (EU + EV + PV[n - 1]).max(axis=1)
-        EUp[m], R[m] = EU.max(axis=1), (EV + Pn).max(axis=1)
-    return Tm, Tq, EUp, R
+    (each table centred at column m: hi[r, x] - lo[r, m], maxima over x != m; exact int64, every entry at most
+    2^VALUE_BITS in magnitude, so a sum of six stays far below 2^63):
+
+    Tm[m, q] = max_x (EUh[q,x] + EVh[m,x] + Pn[m,x]) - EUl[q,m] - EVl[m,m]    Pn[m,x] = max_{i<n-1} PVh[i,x] - PVl[i,m]
+    Tq[m, q] = max_x (EUh[q,x] + EVh[q,x] + PVh[n-1,x]) - EUl[q,m] - EVl[q,m] - PVl[n-1,m]
+    EUp[m, q] = max_x EUh[q,x] - EUl[q,m]          R[m, k] = max_x (EVh[k,x] + Pn[m,x]) - EVl[k,m]"""
+    (EUl, EUh), (EVl, EVh), (PVl, PVh) = V["EU"], V["EVOU"], V["PVOU"]
+    if len(EUh) < 2:                            # no x != m: top_two and others_max need two columns
+        raise BadInput("accuracy: the cubic screen needs d_vocab >= 2")
+    d = np.arange(len(EUh))
+    Pn = (PVh[: n - 1, None, :] - PVl[: n - 1, :, None]).max(axis=0)
+    Tm = others_max(EUh[None, :, :] + (EVh + Pn)[:, None, :]) - EUl.T - EVl[d, d][:, None]
+    Tq = top_two(EUh + EVh + PVh[n - 1]).T - EUl.T - EVl.T - PVl[n - 1][:, None]
+    EUp, R = top_two(EUh).T - EUl.T, others_max(EVh[None, :, :] + Pn[:, None, :]) - EVl.T
+    return tuple(np.ascontiguousarray(a) for a in (Tm, Tq, EUp, R))
 
 
-def centred(V, m: int) -> tuple:
-    """Upper bounds of EU, EVOU, PVOU centred at column m (hi[r, x] - lo[r, m]), column m dropped."""
-    return tuple(np.delete(hi - lo[:, [m]], m, axis=1) for lo, hi in (V["EU"], V["EVOU"], V["PVOU"]))
+def others_max(A):
+    """X[m, r] = max_{x != m} A[m, r, x] (int64, A overwritten at x = m)."""
+    d = np.arange(A.shape[0])
+    A[d, :, d] = np.iinfo(np.int64).min
+    return A.max(axis=2)
 
 
 def upper(lo, hi, x):
