@@ -85,3 +85,27 @@ def old_rule_certificate(cert, model) -> dict:
         relaxed["claim"][key] = certificate.num(old[key] * (1 + Fraction(1, 2 ** 20)))
     del relaxed["statement"]
     return relaxed
+
+
+def assert_shrunk_and_swapped_rejected(cert, path, names, swap_match: str) -> None:
+    """Each optional constant in `names` shrunk by 2^-20 is REJECTED under its own obligation on both backends,
+    whose figures for it agree to 1e-12 and lie below the claimed value; the first two swapped are REJECTED
+    with a message matching `swap_match`."""
+    import pytest   # tests only: tcert.testing is also read by benchmarks, which do not need pytest
+    from tcert.checker.errors import Rejected
+    from tcert.checker.verify import verify
+    consts = cert["evidence"]["constants"]
+    for name in names:
+        bad = copy.deepcopy(cert)
+        bad["evidence"]["constants"][name] = certificate.num(parse_number(consts[name], name) * (1 - Fraction(1, 2 ** 20)))
+        figs = []
+        for backend in ("flint", "mpmath"):
+            with pytest.raises(Rejected, match=rf"influence: constant {name.replace('.', '[.]')}: claimed .* is below"):
+                verify(bad, path, backend)
+            figs.append(verify(cert, path, backend).figure(f"evidence.constants.{name}"))
+        assert abs(figs[0] - figs[1]) <= Fraction(1, 10 ** 12) * figs[0] <= parse_number(consts[name], name)
+    swapped = copy.deepcopy(cert)
+    swapped["evidence"]["constants"][names[0]], swapped["evidence"]["constants"][names[1]] = \
+        consts[names[1]], consts[names[0]]
+    with pytest.raises(Rejected, match=swap_match):
+        verify(swapped, path)
