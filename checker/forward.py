@@ -157,14 +157,17 @@ def layer_norm(B: Backend, X: IMat, W: Weights, prefix: str | None, eps: Fractio
     return B.matrix([norm_row(B, W, row, prefix, eps) for row in X.rows()])
 
 
+def rotary_frequencies(B: Backend, cfg) -> list:
+    """Enclosures of rotary_base^(-2j/rotary_dim) for each rotated pair j (before linear RoPE scaling)."""
+    log_base = B.log(B.num(cfg.rotary_base))
+    return [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(cfg.rotary_dim // 2)]
+
+
 def rotary_angles(B: Backend, cfg, positions) -> dict:
     """cos/sin enclosures of p * rotary_base^(-2j/rotary_dim) for each position p, pair j."""
     if not cfg.rotary:   # positional_embedding_type "none": no pairs, the rotation is the identity
         return {p: ([], []) for p in positions}
-    half = cfg.rotary_dim // 2
-    log_base = B.log(B.num(cfg.rotary_base))
-    thetas = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) for j in range(half)]
-    out = {}
+    thetas, out = rotary_frequencies(B, cfg), {}
     for p in positions:   # linear RoPE scaling: position p turns like position p / rotary_scaling_factor
         scaled = B.num(Fraction(p) / cfg.rotary_scaling_factor)
         angles = [scaled * t for t in thetas]
@@ -178,10 +181,8 @@ def rotary_factors(B: Backend, cfg, n: int) -> tuple:
     big = (cos, sin) of a L phi_j (a row per a < ceil(n / L), a column per pair j), small = (cos, sin) of b phi_j
     (a row per b < L), matrices of B's enclosures, and at = (p // L, p % L) for p = 0..n-1: 2 (L + n / L) cosines
     and sines per pair instead of 2 n (`error_balls.rotation` adds the angles exactly)."""
-    half, side = cfg.rotary_dim // 2, math.isqrt(max(n - 1, 0)) + 1
-    log_base, out = B.log(B.num(cfg.rotary_base)), []
-    phis = [B.exp(B.num(Fraction(-2 * j, cfg.rotary_dim)) * log_base) * B.num(1 / Fraction(cfg.rotary_scaling_factor))
-            for j in range(half)]
+    side, out = math.isqrt(max(n - 1, 0)) + 1, []
+    phis = [t * B.num(1 / Fraction(cfg.rotary_scaling_factor)) for t in rotary_frequencies(B, cfg)]
     for steps in (range(0, n, side), range(side)):
         angles = [[B.num(t) * phi for phi in phis] for t in steps]
         out.append(tuple(B.matrix([[f(x) for x in row] for row in angles]) for f in (B.cos, B.sin)))
