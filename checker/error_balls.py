@@ -308,7 +308,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
     none), `centring` False for RMSNorm. None where the layer does not apply.
 
     Centre. v = c (d I - 11^T) = d P c (k = d; RMSNorm: v = c, k = 1) is exact (`exact_products.centred`), kept as two
-    float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`row_sums` of `entrywise` squares); so
+    float64 parts v^ with ||v - v^|| <= rho; ||v^||^2 is exact (`exact_products.row_squares`); so
     f(u^) for u^ = v^ / k is v^ inv with inv = 1 / sqrt(||v^||^2 / d + k^2 eps), enclosed by the backend
     (one scalar per row, at twice the precision) and taken as float64 parts iota (|inv - iota| <= delta:
     `_near_ball`). The new centre w * v^ iota + b is exact (`entrywise`, b added as one more
@@ -330,7 +330,7 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
         if out is None:
             return None
         v, rho = out
-    sq = exact_products.row_sums(exact_products.entrywise([v, v]))
+    sq = exact_products.row_squares(v)
     fine = make_backend(B.name, 2 * B.prec)     # one scalar per row: its width then adds nothing that matters
     with fine.precision():
         ball = near_parts(fine, fine.matrix([[1 / fine.sqrt(fine.num(s / d + k * k * eps))] for s in sq]).data, B.prec)
@@ -475,7 +475,7 @@ def row_sq_norms(B: Backend, M: IMat) -> list:
     sums of squares when M is a point held as float64 parts)."""
     parts = exact_backend.multi_point(M)
     if parts is not None and B.exact:
-        return [B.num(x) for x in exact_products.row_sums(exact_products.entrywise([parts, parts]))]
+        return [B.num(x) for x in exact_products.row_squares(parts)]
     return [B.dot(row, row) for row in M.rows()]
 
 

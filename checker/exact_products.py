@@ -529,6 +529,36 @@ def row_square_bounds(parts) -> tuple:
     return (total * total).sum(axis=1).tolist(), (2 * (top - g)).tolist()
 
 
+def row_squares(parts) -> list:
+    """Per row, ||x_i||_2^2 as an exact Fraction for x the exact sum of float64 parts (m x n), without an m x n
+    product per digit pair: x cut as one left factor (`cut_sum_rows`: digits D_s of b = `bits_for(n)` bits on the
+    row scale 2^t_i, |D_s| <= 2^b; `cut_rows` for one part), then ||x_i||^2 = 4^t_i sum_(s,t) (D_s[i] . D_t[i])
+    2^-(s+t+2)b. A row dot D_s[i] . D_t[i] is a dot product as in `point_product`: its bound min(n alpha_s alpha_t,
+    R_s alpha_t, alpha_s R_t) is checked <= 2^53 (`_require_exact`), so it is exact in float64 (einsum: any order,
+    FMA or not); the dots are then summed as Python ints. Where the parts' sum does not cut as one factor, the
+    squares as entrywise products (`row_sums` of `entrywise`)."""
+    m, n = parts[0].shape
+    top, bits = _line_top(list(parts), 0), bits_for(n)
+    cut = cut_sum_rows(list(parts), bits, top) if len(parts) > 1 else cut_rows(parts[0], bits, top)
+    if cut is None or n > MAX_BLOCK:
+        return row_sums(entrywise([parts, parts]))
+    full = [np.zeros((m, n)) for _ in cut.digits]
+    for f, idx, d in zip(full, cut.index, cut.digits):
+        f[idx] = d
+    depth, total = len(full), [0] * m
+    for s in range(depth):
+        for t in range(s, depth):
+            _require_exact(_pair_bound(cut, s, cut, t, n))
+            dots, shift = np.einsum("ij,ij->i", full[s], full[t]).astype(np.int64).tolist(), (2 * depth - 2 - s - t) * bits
+            total = [a + ((v << shift) << (s != t)) for a, v in zip(total, dots)]     # s != t: both orders
+    return [_dyadic(v, 2 * e - 2 * depth * bits) for v, e in zip(total, top.tolist())]
+
+
+def _dyadic(v: int, e: int) -> Fraction:
+    """The Fraction v 2^e, exactly."""
+    return Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e)
+
+
 def row_sums(x: Exact) -> list:
     """Per row, the exact sum of x's entries as a Fraction, for x with one column scale (the entrywise
     products of row-scaled factors): int64 row sums while their bound stays below 2^62, else Python

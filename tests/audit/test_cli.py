@@ -225,3 +225,20 @@ def test_missing_python_flint_is_exit_2_with_a_hint(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("VERIFIED: overwhelm")
     proc = subprocess.run(base + ["--version"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0 and "python-flint not installed" in proc.stdout
+
+
+def test_allocator_setting_is_speed_only(capsys, monkeypatch):
+    """keep_freed_memory (the heap keeps freed numpy temporaries' pages) takes on glibc and is a no-op without
+    it; a check gives the same verdict and the same exact figures with and without it."""
+    from tcert.audit import terminal
+    assert terminal.keep_freed_memory() is bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    records = []
+    for setting in (terminal.keep_freed_memory, lambda: False):
+        monkeypatch.setattr(cli, "keep_freed_memory", setting)
+        code, line = run(capsys, PERM_LP, "--model", NEOX, "--json")
+        r = json.loads(line)
+        steps = [{k: v for k, v in o.items() if k != "seconds"} for o in r.pop("obligations")]
+        records.append((code, steps, {k: v for k, v in r.items() if k != "seconds"}))
+    assert records[0] == records[1] and records[0][0] == 0
+    monkeypatch.setattr(os, "confstr", lambda name: None)      # no glibc (musl, macOS): nothing is set
+    assert terminal.keep_freed_memory() is False

@@ -377,6 +377,39 @@ def test_sum_of_parts_with_a_first_digit_past_the_bound_falls_back():
     assert two is not None and sum(map(len, two.index)) < sum(map(len, each.index))
 
 
+@settings(max_examples=example_scale(80))
+@given(summed_parts(max_dim=6))
+def test_row_squares_are_the_exact_squared_norms(case):
+    """row_squares: ||x_i||^2 of the exact sum of 1-3 float64 parts (specials, subnormals, zeros, wide spreads,
+    split-like rests) equals the Fraction sum of squares, whether the parts cut as one factor (row dots of the
+    carried digits) or not (the entrywise fallback). A mutant without the doubled cross terms (s != t counted
+    once) or with the row dots' shift one digit off fails here."""
+    parts, _ = case
+    m, n = parts[0].shape
+    want = [sum(sum(Fraction(float(p[i, j])) for p in parts) ** 2 for j in range(n)) for i in range(m)]
+    assert ep.row_squares(parts) == want
+
+
+def test_row_squares_at_the_digit_bound_and_past_it():
+    """Digits at the bound: p1 = 1 - 2^-53 and p2 = p1 2^-b carry to a first digit of exactly 2^b with every
+    digit at its largest, so the first row dot's bound n 2^2b is 2^53 (k = 512, b = 22): exact in float64. Three
+    parts of 1 - ulp: their sum does not cut as one factor (cut_sum_rows declines) and the fallback is exact; a
+    wide row of 2^21 + 1 entries (beyond one product block) takes the fallback too."""
+    k = 512
+    b = ep.bits_for(k)
+    one = 1 - 2.0 ** -53
+    parts = [np.full((2, k), one), np.full((2, k), one * 2.0 ** -b)]
+    parts[1][1] = -parts[1][1]
+    rows = [Fraction(one) * (1 + Fraction(1, 2 ** b)), Fraction(one) * (1 - Fraction(1, 2 ** b))]
+    assert ep.row_squares(parts) == [k * r * r for r in rows]
+    three = [np.full((2, k), one) for _ in range(3)]
+    assert ep.cut_sum_rows(three, b, ep._line_top(three, 0)) is None
+    assert ep.row_squares(three) == [k * (3 * Fraction(one)) ** 2] * 2
+    wide = np.zeros((1, ep.MAX_BLOCK + 1))
+    wide[0, ::1024] = 0.5
+    assert ep.row_squares([wide]) == [Fraction(wide.shape[1] // 1024 + 1, 4)]
+
+
 def test_large_float32_product_matches_modular_arithmetic():
     """A 48 x 512 by 512 x 700 float32 product with wide exponents and subnormals (BLAS in its real
     regime): its exact integers agree with an independent int64 computation modulo two primes."""
