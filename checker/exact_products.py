@@ -122,16 +122,16 @@ def _digit_stats(d, axis: int, check: bool = False):
 
 
 def _scaled_digits(y, bits: int, axis: int, first: int):
-    """[(s, lines, digit)] for a block y (|y| < 1 entrywise, every entry exact): y <- y 2^bits (a product
-    with the float 2^bits, exact: |y 2^bits| < 2^bits and no bit is lost), digit = trunc(y) (exact),
-    y <- y - digit (exact: the fractional part of a float is a float), while a line has bits left; `lines`
-    (bool, per line) marks the lines that still had bits, the others have digit 0."""
+    """[(s, lines, digit)] for a block y (|y| < 1 entrywise, every entry exact; y is this function's to
+    overwrite): y <- y 2^bits (a product with the float 2^bits, exact: |y 2^bits| < 2^bits and no bit is lost),
+    digit = trunc(y) (exact), y <- y - digit (exact: the fractional part of a float is a float), while a line
+    has bits left; `lines` (bool, per line) marks the lines that still had bits, the others have digit 0."""
     red, s, out, scale = 1 - axis, first, [], 2.0 ** bits
     lines = y.any(axis=red)
     while lines.any():
-        y = y * scale
+        np.multiply(y, scale, out=y)
         d = np.trunc(y)
-        y -= d
+        np.subtract(y, d, out=y)
         out.append((s, lines, d))
         lines, s = y.any(axis=red), s + 1
     return out
@@ -178,10 +178,11 @@ def _cut(x, bits: int, axis: int, top=None, scale=None) -> Slices:
     for start in range(0, x.shape[axis], step):
         block = x[start:start + step] if axis == 0 else x[:, start:start + step]
         for s, (lines, d) in _block_digits(block, top[start:start + step], bits, axis).items():
-            idx = np.flatnonzero(d.any(axis=red))   # lines whose digit s is all zero add nothing to a product
+            stats = _digit_stats(d, axis)
+            idx = np.flatnonzero(stats[0])     # lines whose digit s is all zero (max |d| = 0) add nothing to a product
             if len(idx) < len(lines):
-                d = d[idx] if axis == 0 else d[:, idx]
-            parts.setdefault(s, []).append((idx + start, d, _digit_stats(d, axis)))
+                d, stats = (d[idx] if axis == 0 else d[:, idx]), (stats[0][idx], stats[1][idx])
+            parts.setdefault(s, []).append((idx + start, d, stats))
     return _assemble(parts, x.shape, axis, top if scale is None else scale, bits)
 
 
@@ -191,9 +192,11 @@ def _assemble(parts, shape, axis: int, scale, bits: int) -> Slices:
     empty = [(np.zeros(0, np.int64), np.zeros((0, shape[1])) if axis == 0 else np.zeros((shape[0], 0)),
               (np.zeros(0), np.zeros(0)))]
     got = [parts.get(s, empty) for s in range(depth)]
-    index = [np.concatenate([i for i, _, _ in g]) for g in got]
-    digits = [np.concatenate([d for _, d, _ in g], axis=axis) for g in got]
-    stats = [tuple(np.concatenate([st[c] for _, _, st in g]) for c in range(2)) for g in got]
+    def joined(arrays, along=0):     # one block: its own arrays (no copy)
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=along)
+    index = [joined([i for i, _, _ in g]) for g in got]
+    digits = [joined([d for _, d, _ in g], axis) for g in got]
+    stats = [tuple(joined([st[c] for _, _, st in g]) for c in range(2)) for g in got]
     return Slices(digits, index, scale, bits, axis, shape, stats)
 
 
