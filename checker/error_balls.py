@@ -440,9 +440,19 @@ def rotation_rows(rot: Rotation, rows: list) -> Rotation:
     return Rotation(tuple(p[rows] for p in rot.cos), tuple(p[rows] for p in rot.sin), rot.swap, rot.delta)
 
 
-def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> Rows | None:
+def rotation_cuts(rot: Rotation) -> tuple:
+    """`rot`'s cos and sin tables cut once (`exact_products.line_cut`, on their common scale per row) as the
+    second factors of `exact_rotate`'s two entrywise products, for every head it rotates."""
+    bits = exact_products.entry_bits(2)
+    top = exact_products.line_top(list(rot.cos) + list(rot.sin), 0)
+    return tuple(exact_products.line_cut(t, 0, bits, top) for t in (rot.cos, rot.sin))
+
+
+def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False, tables: tuple | None = None) -> Rows | None:
     """Each row through its exact rotary rotation R (an isometry), by the exact layer, when it is on and X's
-    centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`)
+    centres are points: the new centre is R^ c (R^ the rotation by the midpoints `rot`, exact by `entrywise_sum`
+    of c * C + c[:, swap] * S, c cut once and its digits permuted for c[:, swap], `exact_products.permuted`; C and S
+    cut by `rotation_cuts`, or given as `tables`)
     to two float64 parts, so ||R x - c'|| <= e + ||(R - R^) c|| + rounding <= e + delta ||c|| + rounding, with
     ||c_i|| <= sqrt(n) max_j |c_ij| <= sqrt(n) sum_parts max |part| (delta, at twice the precision, is ~2^-120:
     this term is far below the rounding's). With `uniform`, every row gets up(max_i e_i + R + that term), R >=
@@ -450,8 +460,10 @@ def exact_rotate(B: Backend, X: Rows, rot: Rotation, uniform: bool = False) -> R
     c = exact_backend.point_parts(X.centre, B) if B.exact and B.prec <= EXACT_MAX_PREC else None
     if c is None:
         return None
-    swapped = tuple(p[:, rot.swap] for p in c)
-    out = trimmed_centre(exact_products.entrywise_sum([([c, rot.cos], []), ([swapped, rot.sin], [])]), B.prec, uniform)
+    cos, sin = tables or rotation_cuts(rot)
+    own = exact_products.line_cut(c, 0, exact_products.entry_bits(2))
+    products = [([own, cos], []), ([exact_products.permuted(own, rot.swap), sin], [])]
+    out = trimmed_centre(exact_products.entrywise_sum(products), B.prec, uniform)
     if out is None:
         return None
     parts, rounding = out

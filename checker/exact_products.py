@@ -39,6 +39,7 @@ the layer rounded outward once, by `exact_rounding` (`split_bounds` as two float
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -410,23 +411,20 @@ def entrywise(rows, cols=(), bits: int | None = None) -> Exact:
 def entrywise_sum(products, bits: int | None = None) -> Exact:
     """The exact sum of entrywise products [(rows, cols)] (as `entrywise`; every product has the same
     number of row and of column factors, and factor i of every product is cut on one scale per line,
-    the largest). Every digit product is an integer of magnitude < 2^(K bits) <= 2^53 for K factors
+    the largest; a factor may come already cut, a `LineCut` on that scale). Every digit product is an integer of
+    magnitude < 2^(K bits) <= 2^53 for K factors
     (bits = floor(48 / K) by default), computed in float64 (exact: an integer below 2^53; the first factor's
     digit times `_partials` of the others, products of one offset summed there while exact) and summed per
     offset in float64 while the sum of their bounds is <= 2^53 (every partial sum an integer below 2^53),
     then in int64 with the bound tracked below 2^62."""
     n_rows, n_cols = len(products[0][0]), len(products[0][1])
     k = n_rows + n_cols
-    bits = bits or 48 // k
+    bits = bits or entry_bits(k)
     _require(k * bits <= 53 and all(len(r) == n_rows and len(c) == n_cols for r, c in products),
              f"{k} factors of {bits}-bit digits could round")
-    shape = np.broadcast_shapes(*(f[0].shape for r, c in products for f in tuple(r) + tuple(c)))
-    tops = [_line_top([p for r, c in products for p in (tuple(r) + tuple(c))[i]], 0 if i < n_rows else 1)
-            for i in range(k)]
+    shape, tops, cuts = _factor_cuts(products, n_rows, bits)
     groups, bound = {}, {}
-    for r, c in products:
-        cut = [[(s, d, int(np.abs(d).max())) for s, d in _line_digits(f, tops[i], 0 if i < n_rows else 1, bits)]
-               for i, f in enumerate(tuple(r) + tuple(c))]
+    for (r, c), cut in zip(products, cuts):
         square = n_rows == 2 and not n_cols and r[0] is r[1]     # x * x: each digit pair once, doubled
         rest = None if square else _partials(cut[1:], bits)     # the other factors' products: the same for every d0
         for i, (s0, d0, p0) in enumerate(cut[0]):
@@ -445,6 +443,65 @@ def entrywise_sum(products, bits: int | None = None) -> Exact:
     row_scale = np.broadcast_to(sum(tops[:n_rows], np.zeros(1, np.int64)), (shape[0],)).copy()
     col_scale = np.broadcast_to(sum(tops[n_rows:], np.zeros(1, np.int64)), (shape[1],)).copy()
     return Exact(tuple((o, groups[o], bound[o], 1) for o in sorted(groups)), row_scale, col_scale, bits)
+
+
+def entry_bits(k: int) -> int:
+    """`entrywise_sum`'s default digit width for k factors: floor(48 / k) bits, so k digits multiply below 2^48."""
+    return 48 // k
+
+
+def line_top(parts, axis: int):
+    """The scale per line that `entrywise_sum` cuts the parts of one factor on (`_line_top`)."""
+    return _line_top(parts, axis)
+
+
+class LineCut(NamedTuple):
+    """A factor of `entrywise_sum` already cut (`line_cut`): digits [(s, digit, peak |digit|)] of `bits` bits on
+    the scale 2^top per line (rows for axis 0, columns for axis 1) of float64 parts of shape `shape`."""
+
+    top: np.ndarray
+    digits: list
+    bits: int
+    axis: int
+    shape: tuple
+
+
+def line_cut(parts, axis: int, bits: int, top=None) -> LineCut:
+    """The float64 parts of one factor cut as `entrywise_sum` cuts them (`_line_digits`), on the scale `top` per
+    line (default the parts' own, `_line_top`): made once for a factor several products share."""
+    top = _line_top(list(parts), axis) if top is None else np.asarray(top, dtype=np.int64)
+    digits = [(s, d, int(np.abs(d).max())) for s, d in _line_digits(parts, top, axis, bits)]
+    return LineCut(top, digits, bits, axis, np.broadcast_shapes(*(p.shape for p in parts)))
+
+
+def permuted(cut: LineCut, cols) -> LineCut:
+    """The `line_cut` of the parts with their columns permuted (x[:, cols]), for a cut along rows (axis 0): a
+    row's top and an entry's digits depend only on the entry and its row (`_block_digits`: the row's peak and its
+    smallest entry are the same after a permutation, each digit is an entrywise function of the entry and the
+    row's top), so the digits permute with the columns, exactly, and keep their peaks."""
+    _require(cut.axis == 0, "a column permutation of a cut along columns")
+    return cut._replace(digits=[(s, d[:, cols], p) for s, d, p in cut.digits])
+
+
+def _factor_cuts(products, n_rows: int, bits: int):
+    """(shape, tops, cuts) for `entrywise_sum`: the broadcast shape, factor i's scale per line (the largest over
+    the products' parts, `_line_top`; or the scale of its `LineCut`s, which must all be on one scale of `bits`-bit
+    digits along the factor's axis) and each product's factors' digits [(s, digit, peak)]."""
+    factors = [tuple(r) + tuple(c) for r, c in products]
+    shape = np.broadcast_shapes(*(f.shape if isinstance(f, LineCut) else f[0].shape for fs in factors for f in fs))
+    tops = []
+    for i in range(len(factors[0])):
+        axis, given = 0 if i < n_rows else 1, [fs[i] for fs in factors if isinstance(fs[i], LineCut)]
+        if given:
+            _require(len(given) == len(factors) and all(g.bits == bits and g.axis == axis and
+                                                         np.array_equal(g.top, given[0].top) for g in given),
+                     "cut factors on different scales, digit widths or axes")
+            tops.append(given[0].top)
+        else:
+            tops.append(_line_top([p for fs in factors for p in fs[i]], axis))
+    cuts = [[f.digits if isinstance(f, LineCut) else line_cut(f, 0 if i < n_rows else 1, bits, tops[i]).digits
+             for i, f in enumerate(fs)] for fs in factors]
+    return shape, tops, cuts
 
 
 def plus_row(x: Exact, b):

@@ -20,7 +20,8 @@ import numpy as np
 
 from tcert.checker import operator_norms
 from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output, head_outputs,
-                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_rows, exact_rotate, softmax, stack, take)
+                                       heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_cuts, rotation_rows,
+                                       exact_rotate, softmax, stack, take)
 from tcert.checker.interval import EXACT_MAX_PREC, Backend, IMat, make_backend
 from tcert.checker.modelfile import kv_names
 
@@ -375,7 +376,9 @@ def rotated(B: Backend, heads: list, rotary: Rotary, positions: list, uniform: b
     """Every head's rows (at `positions`) through their rotary rotation, by the exact layer where it
     applies (with `uniform`: one radius for all rows, `exact_rotate`), else entry by entry."""
     rot = rotary.exact()
-    fast = [exact_rotate(B, x, rotation_rows(rot, positions), uniform) for x in heads] if rot is not None else []
+    rows = None if rot is None else rotation_rows(rot, positions)
+    tables = None if rot is None or not (B.exact and B.prec <= EXACT_MAX_PREC) else rotation_cuts(rows)   # for all heads
+    fast = [exact_rotate(B, x, rows, uniform, tables) for x in heads] if rot is not None else []
     if fast and all(x is not None for x in fast):
         return fast
     angles, pairs = rotary.angles(), rotary_pairs(rotary.cfg)

@@ -223,6 +223,34 @@ def exact_head(q, K, V, div, visible):
     return [REF.fsum(e[r] / REF.fsum(e) * V[r][t] for r in range(visible)) for t in range(len(V[0]))]
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 4), n=st.integers(1, 6))
+def test_entrywise_sum_of_precut_and_permuted_factors_is_exact(seed, m, n):
+    """exact_rotate's form, x * C + x[:, p] * S, with x cut once (`line_cut`) and its digits permuted for x[:, p]
+    (`permuted`), C and S cut once on their common scale: the Fraction value of every entry, as from the raw
+    parts (wide spreads, subnormals, zeros). A cut on another scale or digit width is refused (BoundViolation). A
+    mutant `permuted` that leaves the columns in place fails here (for n > 1, a non-identity p)."""
+    rng = np.random.default_rng(seed)
+    x = (wide(rng, (m, n)), wide(rng, (m, n)) * 2.0 ** -61)
+    C, S = (wide(rng, (m, n)),), (rng.standard_normal((m, n)),)
+    perm = list(rng.permutation(n)) if n > 1 and seed % 4 else list(range(1, n)) + [0]
+    bits = exact_products.entry_bits(2)
+    top = exact_products.line_top(list(C) + list(S), 0)
+    cc, cs = (exact_products.line_cut(t, 0, bits, top) for t in (C, S))
+    own = exact_products.line_cut(x, 0, bits)
+    got = exact_products.entrywise_sum([([own, cc], []), ([exact_products.permuted(own, perm), cs], [])])
+    swapped = tuple(p[:, perm] for p in x)
+    raw = exact_products.entrywise_sum([([x, C], []), ([swapped, S], [])])
+    for i in range(m):
+        for j in range(n):
+            want = frac(x, i, j) * frac(C, i, j) + frac(swapped, i, j) * frac(S, i, j)
+            assert exact_value(got, i, j) == want == exact_value(raw, i, j)
+    with pytest.raises(exact_products.BoundViolation):
+        exact_products.entrywise_sum([([own, cc], []), ([own, exact_products.line_cut(S, 0, bits, top + 1)], [])])
+    with pytest.raises(exact_products.BoundViolation):
+        exact_products.entrywise_sum([([own, exact_products.line_cut(C, 0, bits - 1, top)], [])])
+
+
 @settings(max_examples=8, deadline=None)
 @given(seed=SEEDS, eps=EPS, n=st.integers(1, 6), dh=st.integers(1, 4))
 def test_head_output_on_centres_held_as_parts(seed, eps, n, dh):
