@@ -350,15 +350,39 @@ def exact_normalise(B: Backend, X: Rows, w, b, eps: Fraction, w_max: Fraction, c
 
 def normalise_radii(eps_in, rho, sq, delta, rounding, shape) -> list:
     """`exact_normalise`'s per-row radius (its docstring's Bound): with e' = e + rho / k and sigma_lo from
-    sqrt(||v^||^2) / k - e', min(w_max e' / sigma_lo, 2 sqrt(d) w_max) + w_max ||v^|| delta + the rounding."""
+    sqrt(||v^||^2) / k - e', min(w_max e' / sigma_lo, 2 sqrt(d) w_max) + w_max ||v^|| delta + the rounding, up.
+    The same rationals as Fractions would give, in Python integers (numerators and denominators, not reduced: no
+    gcd per operation); the square roots rounded outward by `_sqrt_int` and the sum rounded up by `_up_int`,
+    which take any numerator-denominator pair of a value (their last bits may differ from the reduced pair's,
+    by at most 2^-(BITS-1) relative, and stay bounds in the same direction)."""
     k, d, w_max, eps = shape
-    cap, errs = 2 * sqrt_up(Fraction(d)) * w_max, []
+    cap = 2 * sqrt_up(Fraction(d)) * w_max
+    consts = (k, d, (w_max.numerator, w_max.denominator), (cap.numerator, cap.denominator),
+              (eps.numerator, eps.denominator))
+    errs = []
     for e, r, s, dl, rd in zip(eps_in, rho, sq, delta, rounding):
-        e1, norm = e + r / k, sqrt_up(s)
-        gap = max(sqrt_down(s) / k - e1, Fraction(0))
-        lip = min(w_max * e1 / sqrt_down(gap * gap / d + eps), cap) if e1 else Fraction(0)
-        errs.append(up(lip + w_max * norm * Fraction(dl) + rd))
+        e1 = (e.numerator * r.denominator * k + r.numerator * e.denominator, e.denominator * r.denominator * k)
+        ln, ld = _lip_int(e1, s, consts)
+        an, ad = _sqrt_int(s.numerator, s.denominator, 1)          # ||v^|| <= an / ad
+        m, q = Fraction(dl).as_integer_ratio()
+        tn, td, rn, rdd = w_max.numerator * an * m, w_max.denominator * ad * q, rd.numerator, rd.denominator
+        errs.append(_up_int(ln * td * rdd + tn * ld * rdd + rn * ld * td, ld * td * rdd))
     return errs
+
+
+def _lip_int(e1: tuple, s: Fraction, consts) -> tuple:
+    """(n, d) with n / d = min(w_max e' / sigma_lo, cap) for e' = e1[0] / e1[1] (0 when e' = 0; cap when sigma_lo is
+    0), sigma_lo = sqrt_down(gap^2 / d + eps) and gap = max(sqrt_down(s) / k - e', 0): `normalise_radii`'s first
+    term, in integers."""
+    k, d, (wn, wd), (cn, cd), (en, ed) = consts
+    e1n, e1d = e1
+    if not e1n:
+        return 0, 1
+    b, bk = _sqrt_int(s.numerator, s.denominator, 0)                # sqrt(s) >= b / bk
+    gn, gd = max(b * e1d - e1n * bk * k, 0), bk * k * e1d          # gap = gn / gd
+    c, ck = _sqrt_int(gn * gn * ed + en * gd * gd * d, gd * gd * d * ed, 0)     # sigma_lo = c / ck
+    ln, ld = wn * e1n * ck, wd * e1d * c
+    return (cn, cd) if c == 0 or ln * cd > cn * ld else (ln, ld)
 
 
 class Rotation(NamedTuple):

@@ -724,3 +724,36 @@ def test_softmax_with_any_shift_holds_the_200_bit_value(name, seed, n, shift):
     for y, a, ex in zip(out, alt, (v / REF.fsum(e) for v in e)):
         assert mp(B.lower(y)) <= ex <= mp(B.upper(y))
         assert abs(B.upper(y) - other.upper(a)) <= Fraction(1, 2 ** 50)
+
+
+def _radius_200(e, r, s, dl, rd, shape):
+    """exact_normalise's per-row Bound with exact square roots (200-bit mpmath; nothing rounded up)."""
+    k, d, w_max, eps = shape
+    e1, root = mp(e) + mp(r) / k, REF.sqrt(mp(s))
+    cap = 2 * REF.sqrt(d) * mp(w_max)
+    gap = max(root / k - e1, REF.mpf(0))
+    lip = min(mp(w_max) * e1 / REF.sqrt(gap * gap / d + mp(eps)), cap) if e1 else REF.mpf(0)
+    return lip + mp(w_max) * root * REF.mpf(dl) + mp(rd)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, m=st.integers(1, 30), k=st.sampled_from([1, 5, 512, 768]), spread=st.integers(0, 60))
+def test_normalise_radii_bound_every_row_tightly(seed, m, k, spread):
+    """normalise_radii (the Bound in unreduced integers) is >= the Bound with exact square roots on every row and
+    within 2^-36 of it: e' zero (no first term) and not, non-dyadic e and eps, squared norms from 0 over 60
+    binades, tiny variances (the cap), zero deltas. A mutant rounding sqrt(||v^||^2) up inside the first term (a
+    larger gap, a smaller term), dropping the rounding radius or taking e' without rho fails here."""
+    rng = np.random.default_rng(seed)
+    d = 512 if k == 1 else k
+    rho = [Fraction(int(v), 2 ** 70) for v in rng.integers(0, 2 ** 20, m)]
+    eps_in = [Fraction(0)] * m if seed % 3 else [Fraction(int(v), 3 * 2 ** 40) for v in rng.integers(0, 9, m)]
+    sq = [Fraction(int(v) << int(rng.integers(0, spread + 1)), 2 ** 30) for v in rng.integers(0, 2 ** 40, m)]
+    sq[0] = Fraction(0)
+    delta = [float(x) for x in np.abs(rng.standard_normal(m)) * 2.0 ** -60]
+    delta[-1] = 0.0
+    rounding = [Fraction(int(v), 2 ** 80) for v in rng.integers(1, 2 ** 30, m)]
+    shape = (k, d, Fraction(int(rng.integers(1, 2 ** 24)), 2 ** 23), Fraction(1, 100000) if seed % 2 else Fraction(1, 2 ** 17))
+    got = E.normalise_radii(eps_in, rho, sq, delta, rounding, shape)
+    for g, args in zip(got, zip(eps_in, rho, sq, delta, rounding)):
+        want = _radius_200(*args, shape)
+        assert mp(g) >= want and mp(g) <= want * (1 + REF.mpf(2) ** -36)
