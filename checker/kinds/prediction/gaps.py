@@ -128,8 +128,7 @@ def top_digit(w, bits: int):
     tops = np.frexp(peak)[1].astype(np.int64)
     _require(-1022 <= bits - tops.max(initial=0) and bits - tops.min(initial=0) <= 1023, "a column's scale out of range")
     scale = np.ldexp(1.0, bits - tops)
-    hi = np.array(w, dtype=np.float64)     # a copy, scaled in place
-    np.multiply(hi, scale[None, :], out=hi)
+    hi = np.multiply(w, scale[None, :], dtype=np.float64)     # w widened exactly, then scaled: one float64 pass
     np.trunc(hi, out=hi)
     line_max = np.trunc(peak * scale)
     cut = Slices([hi], [np.arange(w.shape[1])], tops, bits, 1, w.shape, [(line_max, line_max * w.shape[0])])
