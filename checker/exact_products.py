@@ -602,9 +602,10 @@ def row_squares(parts) -> list:
     cut = cut_sum_rows(list(parts), bits, top) if len(parts) > 1 else cut_rows(parts[0], bits, top)
     if cut is None or n > MAX_BLOCK:
         return row_sums(entrywise([parts, parts]))
-    full = [np.zeros((m, n)) for _ in cut.digits]
+    full = [d if len(idx) == m else np.zeros((m, n)) for idx, d in zip(cut.index, cut.digits)]   # all rows: d itself
     for f, idx, d in zip(full, cut.index, cut.digits):
-        f[idx] = d
+        if f is not d:
+            f[idx] = d
     depth, total = len(full), [0] * m
     for s in range(depth):
         for t in range(s, depth):
