@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.accuracy import cubic, refine, rows, screen
+from tcert.checker.kinds.accuracy import cubic, refine, rows, screen, tables
 from tcert.checker.kinds.accuracy.distribution import parse_distribution
 from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
@@ -442,7 +442,7 @@ def test_int64_rows_bound_the_exact_terms(tiny):
     n, v = T["n"], T["v"]
     F = {name: tuple(np.vectorize(Fraction, otypes=[object])(a) for a in ends) for name, ends in T["ends"].items()}
     B = make_backend("flint")
-    mats = dict(T["intervals"], e=T["numerators"]["EQKE"][0], pw=T["numerators"]["EQKP"][0])
+    mats = dict(T["intervals"], **{k: tables.numerators(B, T["intervals"][name])[0] for k, name in (("e", "EQKE"), ("pw", "EQKP"))})
     for name, (lo, hi) in F.items():
         exact = mats[name].rows()
         floor = 0 if name in ("e", "pw") else -math.inf
