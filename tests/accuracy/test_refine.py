@@ -433,6 +433,24 @@ def test_interval_products_and_align_up_against_the_definitions():
     assert (rows.align_up(x, s.copy()) == want).all() and (rows.align(x, s, True) == want).all()
 
 
+def test_stacked_view_is_each_querys_view(tiny, monkeypatch):
+    """rows.stacked_view of several queries, by blocks of ROW_BLOCK queries (1, 2, 3 and the default), holds
+    exactly each query's own rows.query_view (Hl, Hh, E, D, Eq, Dal), for every key token and for the tokens
+    below a limit. A mutant that writes a block's products, gaps or aligned gaps into the wrong queries fails."""
+    _, _, T, _ = tiny
+    v, values = T["v"], rows.value_tables(T)
+    alone = [rows.query_view(T, values, q) for q in range(v)]
+    for block in (1, 2, 3, rows.ROW_BLOCK):
+        monkeypatch.setattr(rows, "ROW_BLOCK", block)
+        for qs, tokens in ((list(range(v))[::-1], None), ([0, v - 2, 1], v - 1)):     # each query below tokens
+            R, Eq, Dal = rows.stacked_view(T, values, qs, tokens)
+            for k, q in enumerate(qs):
+                (Ra, Eqa, Dala), t = alone[q], tokens or v
+                assert all((a[k] == b[..., :t, :]).all() for a, b in zip(R[:3], Ra[:3]) if a.ndim == 4)
+                assert (R.E[k] == Ra.E[:, :t]).all() and (R.D[k] == Ra.D[:, :t]).all()
+                assert (Eq[k] == Eqa[:t]).all() and (Dal[k] == Dala[:, :t, :t]).all()
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^(E - 2 WB - k) <= w V <= Hh 2^(E - 2 WB - k) and D >= max_{x != m} H[x] - H[m]
     (k the value scale), against exact rationals of the float64 ends the rows are built from (w = e pw over
