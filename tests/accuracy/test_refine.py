@@ -436,14 +436,15 @@ def test_interval_products_and_align_up_against_the_definitions():
 def test_stacked_view_is_each_querys_view(tiny, monkeypatch):
     """rows.stacked_view of several queries, by blocks of ROW_BLOCK queries (1, 2, 3 and the default), holds
     exactly each query's own rows.query_view (Hl, Hh, E, D, Eq, Dal), for every key token and for the tokens
-    below a limit. A mutant that writes a block's products, gaps or aligned gaps into the wrong queries fails."""
+    below a limit, also in buffers reused from a larger stack (`rows.workspace`: stale entries). A mutant that
+    writes a block's products, gaps or aligned gaps into the wrong queries, or leaves an entry unwritten, fails."""
     _, _, T, _ = tiny
     v, values = T["v"], rows.value_tables(T)
-    alone = [rows.query_view(T, values, q) for q in range(v)]
+    alone, scratch = [rows.query_view(T, values, q) for q in range(v)], {}
     for block in (1, 2, 3, rows.ROW_BLOCK):
         monkeypatch.setattr(rows, "ROW_BLOCK", block)
         for qs, tokens in ((list(range(v))[::-1], None), ([0, v - 2, 1], v - 1)):     # each query below tokens
-            R, Eq, Dal = rows.stacked_view(T, values, qs, tokens)
+            R, Eq, Dal = rows.stacked_view(T, values, qs, tokens, scratch if block > 1 else None)
             for k, q in enumerate(qs):
                 (Ra, Eqa, Dala), t = alone[q], tokens or v
                 assert all((a[k] == b[..., :t, :]).all() for a, b in zip(R[:3], Ra[:3]) if a.ndim == 4)

@@ -295,10 +295,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
         top = {q: max(g[0][0] for g in groups) for q, groups in by_query.items()}      # no token above it is read
-        queries = sorted(by_query, key=top.get)
+        queries, scratch = sorted(by_query, key=top.get), {}      # scratch: one stack's arrays at a time
         step = max(1, min(QUERY_ELEMENTS // (n * v * v), -(-len(queries) // QUERY_BANDS)))
-        for s in range(0, len(queries), step):
-            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1)
+        starts = sorted(range(0, len(queries), step), key=lambda s: -len(queries[s:s + step]) * top[queries[s:s + step][-1]])
+        for s in starts:                                            # the largest stack first (`rows.workspace`)
+            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1, scratch)
             views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
                      for k, q in enumerate(queries[s:s + step])}
             pending, batches = {q: [] for q in views}, {}

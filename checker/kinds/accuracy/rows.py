@@ -78,13 +78,14 @@ def query_rows(tables, values, q: int) -> Rows:
     return Rows(*(a[0] for a in stacked_rows(tables, values, [q])))
 
 
-def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
+def stacked_rows(tables, values, qs, tokens: int | None = None, scratch: dict | None = None) -> Rows:
     """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query), for the
     key tokens t < `tokens` only (default all: rows of other tokens are never read by a caller that passes it).
     w = e pw from WB-bit mantissas of each (`mantissas`; exact int64 products below 2^(2 WB)), cut to WB bits
     at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length). The query
     position n-1 holds q in every input: its rows of the other tokens are the loosest bound (`loose_bounds`).
-    The products and gaps are computed ROW_BLOCK queries at a time (temporaries of a block's size only)."""
+    The products and gaps are computed ROW_BLOCK queries at a time (temporaries of a block's size only); the
+    tables are written into `scratch`'s buffers when given (`workspace`)."""
     n, t = tables["n"], slice(0, tokens)
     qs = list(qs)
     el, eh, Xe = mantissas(*(a[qs][:, t] for a in tables["ends"]["e"]), WB)
@@ -99,8 +100,8 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
     shape, f = wl.shape[:3] + (len(EUl[0]),), slice(0, n - 1)          # f: the free positions
-    Hl, Hh = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
-    D = np.empty((len(qs), n - 1) + shape[2:], dtype=np.int64)
+    Hl, Hh = workspace(scratch, "Hl", shape), workspace(scratch, "Hh", shape)
+    D = workspace(scratch, "D", (len(qs), n - 1) + shape[2:])
     for b in range(0, len(qs), ROW_BLOCK):      # V = (EU[q] + PVOU[i]) + EVOU[t]: the small sum first
         k, qb = slice(b, b + ROW_BLOCK), qs[b:b + ROW_BLOCK]
         interval_products(wl[k, f], wh[k, f], (EUl[qb][:, None, None, :] + PVl[None, f, None]) + EVl[None, None, t],
@@ -111,6 +112,19 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
     Hl[at], Hh[at] = interval_products(wl[at], wh[at], (EUl[qs] + EVl[qs] + PVl[n - 1])[:, None, :],
                                        (EUh[qs] + EVh[qs] + PVh[n - 1])[:, None, :])
     return Rows(Hl, Hh, E, D)
+
+
+def workspace(scratch, key: str, shape) -> np.ndarray:
+    """An uninitialised int64 array of `shape` (every entry is written before it is read): new, or with a dict
+    `scratch` the front of its buffer `key`, grown when too small. A caller passing one `scratch` to several
+    stacks uses each stack's arrays only before it builds the next (they share memory), largest stack first
+    (no buffer grows after the first: each page is faulted in once per check, not once per stack)."""
+    size = int(np.prod(shape))
+    if scratch is None:
+        return np.empty(shape, dtype=np.int64)
+    if key not in scratch or scratch[key].size < size:
+        scratch[key] = np.empty(size, dtype=np.int64)
+    return scratch[key][:size].reshape(shape)
 
 
 def top_two_gaps(Hh, Hl, out=None):
@@ -214,14 +228,14 @@ def query_view(tables, values, q: int) -> tuple:
     return Rows(*(a[0] for a in rows)), Eq[0], Dal[0]
 
 
-def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
-    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` as in
-    `stacked_rows` (every query in qs below it: Eq[m] is then for m < tokens)."""
-    rows = stacked_rows(tables, values, qs, tokens)
+def stacked_view(tables, values, qs, tokens: int | None = None, scratch: dict | None = None) -> tuple:
+    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` and
+    `scratch` as in `stacked_rows` (every query in qs below `tokens`: Eq[m] is then for m < tokens)."""
+    rows = stacked_rows(tables, values, qs, tokens, scratch)
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    Dal = np.empty(rows.D.shape[:3] + Eq.shape[1:], dtype=np.int64)
+    Dal = workspace(scratch, "Dal", rows.D.shape[:3] + Eq.shape[1:])
     for b in range(0, len(qs), ROW_BLOCK):      # by blocks of queries: small temporaries
         k = slice(b, b + ROW_BLOCK)
         align_up(rows.D[k, ..., : Eq.shape[1]], Eq[k, None, None, :] - rows.E[k, : n - 1, :, None], Dal[k])
