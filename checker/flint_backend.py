@@ -67,9 +67,11 @@ class FlintBackend(Backend):
     def float_ends(self, m):
         """Arb's exact ends, python-flint's float() of each (Arb's arf_get_d, correctly rounded; infinite beyond
         the float range), one step outward (`interval.outward`). A non-finite entry has an infinite or NaN end:
-        the entries are tested only when some end is not finite."""
+        the entries are tested only when some end is not finite. The ends as two lists of floats (no tuple per
+        entry: each would be a container the garbage collector tracks)."""
         entries = m.data.entries() if m.shape[0] and m.shape[1] else []
-        lo, hi = outward([(float(x.lower()), float(x.upper())) for x in entries], m.shape)
+        lo, hi = outward(np.array([[float(x.lower()) for x in entries], [float(x.upper()) for x in entries]]).T,
+                         m.shape)
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()) and not all(x.is_finite() for x in entries):
             raise Rejected("finite enclosure", "a matrix entry is not finite")
         return lo, hi
@@ -82,11 +84,13 @@ class FlintBackend(Backend):
         sums = m.data * flint.arb_mat(m.shape[1], 1, [1] * m.shape[1])
         if not all(x.is_finite() for x in sums.entries()):
             return None
-        ends = []
+        lo, hi = [], []                                 # floats, no tuple per entry (as in `float_ends`)
         for row in m.data.tolist():
             c = max(x.upper() for x in row)
-            ends += [(float(y.lower()), float(y.upper())) for y in ((x - c).exp() for x in row)]
-        lo, hi = outward(ends, m.shape)
+            ys = [(x - c).exp() for x in row]
+            lo += [float(y.lower()) for y in ys]
+            hi += [float(y.upper()) for y in ys]
+        lo, hi = outward(np.array([lo, hi]).T, m.shape)
         return (lo, hi) if np.isfinite(lo).all() and np.isfinite(hi).all() else None
 
     def exp(self, x):

@@ -296,8 +296,9 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # passes (refine.top_two_fails, chunk_proofs, sparse_coupled, unproved_inputs, grid_fillings): accuracy +19.
 # rows.stacked_rows / stacked_view by blocks of ROW_BLOCK queries (block-sized temporaries; top_two_gaps and
 # align_up into given arrays): accuracy +9. The pattern groups' stacks in shared buffers, the largest first
-# (rows.workspace; refine.pattern_weight's scratch): accuracy +8.
-BUDGETS = {"kernel": 2285, "exact": 1001, "prediction": 254, "overwhelm": 764, "accuracy": 1410, "influence": 1311}
+# (rows.workspace; refine.pattern_weight's scratch): accuracy +8. FlintBackend.float_ends / exp_ends' ends as
+# two lists of floats, not a tuple per entry (each a container the garbage collector tracks): kernel +1.
+BUDGETS = {"kernel": 2286, "exact": 1001, "prediction": 254, "overwhelm": 764, "accuracy": 1410, "influence": 1311}
 PLACES = {"kernel": "checker/*.py but exact_*.py, checker/kinds/__init__.py", "exact": "checker/exact_*.py"}
 
 
