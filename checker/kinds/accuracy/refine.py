@@ -195,17 +195,17 @@ def query_terms(Sc, n: int, M, Q, R, T) -> tuple:
     group's tokens T (token j of group R[j])."""
     v = Sc.V["EU"][0].shape[1]
     cols = np.arange(v - 1) + (np.arange(v - 1) >= np.arange(v)[:, None])        # cols[m]: the x != m
+    at = lambda A, rows, M: A.take(rows[:, None] * v + cols[M])     # A[rows[j], x] for the x != M[j] (flat)
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EVc = EVh[:, cols]                                  # EVc[t, m] = EVh[t, x != m]; likewise for EU, Pn, PV
-    EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
+    EV = lambda T, M: at(EVh, T, M) - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
-    EU_Pn = EU + Pn[:, cols][M, M]                                      # per group; rows of it per token below
+    EU = at(EUh, Q, M) - EUl[Q, M][:, None]
+    EU_Pn = EU + at(Pn, M, M)                                           # per group; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
+    Qx = upper(*eq, EU + EV(Q, M) + at(PV[n - 1], M, M))
     return Mx, Qx, upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
 
 
