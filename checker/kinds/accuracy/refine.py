@@ -347,15 +347,17 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     fillings = outside_fillings(m, K, len(P))
     passed = sum((Dal[i][fillings[:, j], m] for j, i in enumerate(P)), np.zeros(len(fillings), np.int64)) < theta
+    rest = ~passed                           # (rule "e") the claimed fillings the top-2 bound leaves
     if rule == "e" and len(unclaimed):       # never credited, no test
         listed = np.zeros(m ** len(P), dtype=bool)                  # by base-m number (m^3 <= MAX_PATTERN_WORK)
         listed[unclaimed @ m ** np.arange(len(P))] = True
         claimed = ~listed[fillings @ m ** np.arange(len(P))]
-        passed, fillings = passed[claimed], fillings[claimed]
-    weight, counted = fillings_weight(dist, fillings[passed], P) * fixed_w, int(np.count_nonzero(passed))
-    if rule != "e" or np.all(passed):
+        passed &= claimed
+        rest &= claimed
+    weight, counted = fillings_weight(dist, fillings, passed, P) * fixed_w, int(np.count_nonzero(passed))
+    if rule != "e" or not rest.any():
         return weight, counted, None
-    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[~passed], dist, fixed_w, n)
+    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[rest], dist, fixed_w, n)
     return weight + w, counted + more, left
 
 
@@ -541,10 +543,12 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
     return weight, int(np.count_nonzero(verdict == 1)), len(tok)
 
 
-def fillings_weight(dist, fillings, P) -> int:
-    """The summed weight numerators of the free positions P over `fillings` (N, |P|) (their number, uniformly)."""
+def fillings_weight(dist, fillings, passed, P) -> int:
+    """The summed weight numerators of the free positions P over fillings[passed] (`fillings` (N, |P|), `passed`
+    booleans; uniformly their number)."""
     if dist.unit or not P:
-        return len(fillings)
+        return int(np.count_nonzero(passed))
+    fillings = fillings[passed]
     return int(math.prod(dist.arrays[p][fillings[:, j]] for j, p in enumerate(P)).sum())
 
 

@@ -275,11 +275,12 @@ def coupled(rows: Rows, Eq, Dal, q: int, m: int, P, tok) -> np.ndarray:
     (`Dal`, D aligned to Eq[m]): max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} D[j, t_j, m]
     < 0 for some p in P (each term aligned up to Eq[m]; n terms, so below 2^62 as in the module docstring)."""
     F = fixed_terms(rows, Eq, q, [i for i in range(rows.E.shape[0] - 1) if i not in P], np.array([m]))
-    ok = np.zeros(len(tok), dtype=bool)
+    ok, D = np.zeros(len(tok), dtype=bool), {j: Dal[j][tok[:, j], m] for j in P}
+    total = sum(D.values())                      # sum_{j != p} D[j] = total - D[p], exact (terms below 2^62)
     for p in P:
         C = F + align(rows.Hh[p, :m] - rows.Hl[p, :m, m][:, None], (Eq[m] - rows.E[p, :m])[:, None], True)
         C[:, m] = np.iinfo(np.int64).min
-        ok |= C.max(axis=1)[tok[:, p]] + sum((Dal[j][tok[:, j], m] for j in P if j != p), np.int64(0)) < 0
+        ok |= C.max(axis=1)[tok[:, p]] + (total - D[p]) < 0
     return ok
 
 
