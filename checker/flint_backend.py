@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from fractions import Fraction
 
 import flint
+import numpy as np
 
 from tcert.checker.errors import Rejected
 from tcert.checker.exact_rounding import ball_from_arb, ends_from_arb, near_ball_from_arb, to_arb_mat
@@ -65,11 +66,32 @@ class FlintBackend(Backend):
 
     def float_ends(self, m):
         """Arb's exact ends, python-flint's float() of each (Arb's arf_get_d, correctly rounded; infinite beyond
-        the float range), one step outward (`interval.outward`)."""
+        the float range), one step outward (`interval.outward`). A non-finite entry has an infinite or NaN end:
+        the entries are tested only when some end is not finite. The ends as two lists of floats (no tuple per
+        entry: each would be a container the garbage collector tracks)."""
         entries = m.data.entries() if m.shape[0] and m.shape[1] else []
-        if not all(x.is_finite() for x in entries):
+        lo, hi = outward(np.array([[float(x.lower()) for x in entries], [float(x.upper()) for x in entries]]).T,
+                         m.shape)
+        if not (np.isfinite(lo).all() and np.isfinite(hi).all()) and not all(x.is_finite() for x in entries):
             raise Rejected("finite enclosure", "a matrix entry is not finite")
-        return outward([(float(x.lower()), float(x.upper())) for x in entries], m.shape)
+        return lo, hi
+
+    def exp_ends(self, m):
+        """c_r compared among Arb's exact upper ends; each exp(x - c_r) and its ends as in `float_ends`. A row holds a
+        non-finite entry iff its sum does (Arb's exponents do not overflow; inf and NaN propagate): then None."""
+        if not (m.shape[0] and m.shape[1]):
+            return None
+        sums = m.data * flint.arb_mat(m.shape[1], 1, [1] * m.shape[1])
+        if not all(x.is_finite() for x in sums.entries()):
+            return None
+        lo, hi = [], []                                 # floats, no tuple per entry (as in `float_ends`)
+        for row in m.data.tolist():
+            c = max(x.upper() for x in row)
+            ys = [(x - c).exp() for x in row]
+            lo += [float(y.lower()) for y in ys]
+            hi += [float(y.upper()) for y in ys]
+        lo, hi = outward(np.array([lo, hi]).T, m.shape)
+        return (lo, hi) if np.isfinite(lo).all() and np.isfinite(hi).all() else None
 
     def exp(self, x):
         return x.exp()

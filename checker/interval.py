@@ -58,7 +58,8 @@ FLOAT_MAX = Fraction(float.fromhex("0x1.fffffffffffffp+1023"))     # the largest
 # The declared interface: the public primitives and the IMat operations' backend hooks. FlintBackend
 # runs each of these at its own precision; tests check that both backends implement every one.
 PRIMITIVES = ("num", "interval", "lower", "upper", "abs_upper", "exp", "log", "sqrt", "cos", "sin", "erf",
-              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres", "fixed_ends", "float_ends")
+              "tanh", "pi", "fsum", "array", "matrix", "dot", "centres", "fixed_ends", "float_ends",
+              "exp_ends")
 MATRIX_HOOKS = ("_from_rows", "_from_ends", "_matmul", "_add", "_sub", "_scale", "_transpose", "_rows",
                 "_col_bounds")
 # The exact layer runs on a backend made with exact=True: "flint" by default (and "+exact" names); the
@@ -207,6 +208,13 @@ class Backend(ABC):
         `lower` / `upper`."""
         near = lambda q: float(min(max(q, -FLOAT_MAX), FLOAT_MAX))
         return outward([[(near(self.lower(x)), near(self.upper(x))) for x in row] for row in m.rows()], m.shape)
+
+    def exp_ends(self, m: IMat):
+        """(lo, hi) as `float_ends`, of exp(m[r, j] - c_r) for every entry, c_r the largest upper end in row r (an
+        exact point: a softmax's numerators, each at most 1), from one pass per row; None where the backend has
+        no such pass or an entry or a result is not finite (the caller then builds them entry by entry, as
+        `kinds.accuracy.tables.numerators`). Here: None."""
+        return None
 
     @abstractmethod
     def _endpoint(self, x, which: int) -> Fraction:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tcert.checker.errors import BadInput, Rejected
 from tcert.checker.interval import make_backend
-from tcert.checker.kinds.accuracy import cubic, refine, rows, screen
+from tcert.checker.kinds.accuracy import cubic, refine, rows, screen, tables
 from tcert.checker.kinds.accuracy.distribution import parse_distribution
 from tcert.checker.kinds.accuracy.tables import integer_tables, position_sums
 from tcert.checker.modelfile import load_model
@@ -433,6 +433,25 @@ def test_interval_products_and_align_up_against_the_definitions():
     assert (rows.align_up(x, s.copy()) == want).all() and (rows.align(x, s, True) == want).all()
 
 
+def test_stacked_view_is_each_querys_view(tiny, monkeypatch):
+    """rows.stacked_view of several queries, by blocks of ROW_BLOCK queries (1, 2, 3 and the default), holds
+    exactly each query's own rows.query_view (Hl, Hh, E, D, Eq, Dal), for every key token and for the tokens
+    below a limit, also in buffers reused from a larger stack (`rows.workspace`: stale entries). A mutant that
+    writes a block's products, gaps or aligned gaps into the wrong queries, or leaves an entry unwritten, fails."""
+    _, _, T, _ = tiny
+    v, values = T["v"], rows.value_tables(T)
+    alone, scratch = [rows.query_view(T, values, q) for q in range(v)], {}
+    for block in (1, 2, 3, rows.ROW_BLOCK):
+        monkeypatch.setattr(rows, "ROW_BLOCK", block)
+        for qs, tokens in ((list(range(v))[::-1], None), ([0, v - 2, 1], v - 1)):     # each query below tokens
+            R, Eq, Dal = rows.stacked_view(T, values, qs, tokens, scratch if block > 1 else None)
+            for k, q in enumerate(qs):
+                (Ra, Eqa, Dala), t = alone[q], tokens or v
+                assert all((a[k] == b[..., :t, :]).all() for a, b in zip(R[:3], Ra[:3]) if a.ndim == 4)
+                assert (R.E[k] == Ra.E[:, :t]).all() and (R.D[k] == Ra.D[:, :t]).all()
+                assert (Eq[k] == Eqa[:t]).all() and (Dal[k] == Dala[:, :t, :t]).all()
+
+
 def test_int64_rows_bound_the_exact_terms(tiny):
     """rows.query_rows: Hl 2^(E - 2 WB - k) <= w V <= Hh 2^(E - 2 WB - k) and D >= max_{x != m} H[x] - H[m]
     (k the value scale), against exact rationals of the float64 ends the rows are built from (w = e pw over
@@ -442,7 +461,7 @@ def test_int64_rows_bound_the_exact_terms(tiny):
     n, v = T["n"], T["v"]
     F = {name: tuple(np.vectorize(Fraction, otypes=[object])(a) for a in ends) for name, ends in T["ends"].items()}
     B = make_backend("flint")
-    mats = dict(T["intervals"], e=T["numerators"]["EQKE"][0], pw=T["numerators"]["EQKP"][0])
+    mats = dict(T["intervals"], **{k: tables.numerators(B, T["intervals"][name])[0] for k, name in (("e", "EQKE"), ("pw", "EQKP"))})
     for name, (lo, hi) in F.items():
         exact = mats[name].rows()
         floor = 0 if name in ("e", "pw") else -math.inf

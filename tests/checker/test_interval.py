@@ -291,6 +291,30 @@ def test_float_ends_bound_the_exact_ends_within_one_step(name):
             B.float_ends(B.matrix([[B.num(1), bad]]))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_exp_ends_are_the_numerators_float_ends(name):
+    """exp_ends(m) (flint's one pass per row) is exactly float_ends of exp(m[r, j] - c_r), c_r the row's largest
+    exact upper end (as tables.numerators builds it entry by entry): the same floats, for exact points, wide and
+    tiny intervals and an underflowing exp; None for a non-finite entry (NaN, an infinite radius, -inf, whose
+    exp Arb makes 0); mpmath has no such pass (None). A mutant taking the
+    smallest upper end, dropping the outward step or swapping the ends fails here."""
+    from tcert.checker.kinds.accuracy.tables import numerators
+    B = make_backend(name)
+    xs = [B.num(0), B.num(Fraction(-7, 3)), B.interval(Fraction(-1, 10 ** 30), Fraction(5, 7)), B.num(-40000),
+          B.interval(Fraction(-3), Fraction(2)), B.num(0.1), B.num(Fraction(2 ** 60 + 1, 3))]
+    m = B.matrix([xs, xs[::-1], xs[2:] + xs[:2]])
+    got = B.exp_ends(m)
+    if name != "flint":
+        assert got is None
+        return
+    want = B.float_ends(numerators(B, m)[0])
+    assert all(np.array_equal(a, b) for a, b in zip(got, want)) and got[0].dtype == np.float64
+    assert got[1].max() == np.nextafter(1.0, 2.0) and (got[0] <= got[1]).all()
+    flint = pytest.importorskip("flint")
+    for bad in (flint.arb("nan"), flint.arb(0, "inf"), flint.arb("-inf")):
+        assert B.exp_ends(B.matrix([[B.num(1), bad]])) is None and B.exp_ends(B.matrix([[bad, B.num(1)]])) is None
+
+
 # --- column bounds ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)

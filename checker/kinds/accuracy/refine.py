@@ -42,7 +42,7 @@ from tcert.checker.kinds.accuracy.cases import case_name
 from tcert.checker.kinds.accuracy.refine_parse import (MAX_PATTERN_POSITIONS, MAX_PATTERN_WORK,  # noqa: F401
                                                         MAX_UNCLAIMED_DIGITS, mixed_fields, parse_mixed,
                                                         parse_patterns, parse_unclaimed, pattern_fields)
-from tcert.checker.kinds.accuracy.rows import (Rows, align, coupled, decide, exact_correct, fixed_part,
+from tcert.checker.kinds.accuracy.rows import (Rows, coupled, decide, exact_correct, fixed_part,
                                                 stacked_fixed_terms, stacked_view, value_tables)
 from tcert.checker.kinds.accuracy.screen import cubic_sets, screen_tables, upper, weights
 from tcert.checker.kinds.accuracy.tables import SHIFT, float_tables, mul_upper, position_sums
@@ -195,17 +195,17 @@ def query_terms(Sc, n: int, M, Q, R, T) -> tuple:
     group's tokens T (token j of group R[j])."""
     v = Sc.V["EU"][0].shape[1]
     cols = np.arange(v - 1) + (np.arange(v - 1) >= np.arange(v)[:, None])        # cols[m]: the x != m
+    at = lambda A, rows, M: A.take(rows[:, None] * v + cols[M])     # A[rows[j], x] for the x != M[j] (flat)
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = Sc.V["EU"], Sc.V["EVOU"], Sc.V["PVOU"]
     PV = PVh[:, None, :] - PVl[:, :, None]                                      # (i, m, x) centred at m
     Pn = PV[: n - 1].max(axis=0)
-    EVc = EVh[:, cols]                                  # EVc[t, m] = EVh[t, x != m]; likewise for EU, Pn, PV
-    EV = lambda T, M: EVc[T, M] - EVl[T, M][:, None]
+    EV = lambda T, M: at(EVh, T, M) - EVl[T, M][:, None]
     e = lambda Q, M, T: [weights(Sc, Q, M, T, up)[:, None] for up in (False, True)]
-    EU = EUh[:, cols][Q, M] - EUl[Q, M][:, None]
-    EU_Pn = EU + Pn[:, cols][M, M]                                      # per group; rows of it per token below
+    EU = at(EUh, Q, M) - EUl[Q, M][:, None]
+    EU_Pn = EU + at(Pn, M, M)                                           # per group; rows of it per token below
     Mx = upper(*e(Q, M, M), EU_Pn + EV(M, M))
     eq = [w * Sc.pw[up][Q, n - 1][:, None] for up, w in enumerate(e(Q, M, Q))]
-    Qx = upper(*eq, EU + EV(Q, M) + PV[n - 1][:, cols][M, M])
+    Qx = upper(*eq, EU + EV(Q, M) + at(PV[n - 1], M, M))
     return Mx, Qx, upper(*e(Q[R], M[R], T), EU_Pn[R] + EV(T, M[R]))
 
 
@@ -295,10 +295,11 @@ def pattern_weight(tables, cases, patterns, dist, ob) -> int:
             if P or (m, q, 0) not in cases:          # else its one input is the cubic case's already
                 by_query.setdefault(q, []).append(((m, q, P), rule, unclaimed))
         top = {q: max(g[0][0] for g in groups) for q, groups in by_query.items()}      # no token above it is read
-        queries = sorted(by_query, key=top.get)
+        queries, scratch = sorted(by_query, key=top.get), {}      # scratch: one stack's arrays at a time
         step = max(1, min(QUERY_ELEMENTS // (n * v * v), -(-len(queries) // QUERY_BANDS)))
-        for s in range(0, len(queries), step):
-            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1)
+        starts = sorted(range(0, len(queries), step), key=lambda s: -len(queries[s:s + step]) * top[queries[s:s + step][-1]])
+        for s in starts:                                            # the largest stack first (`rows.workspace`)
+            stack = stacked_view(tables, values, queries[s:s + step], top[queries[s:s + step][-1]] + 1, scratch)
             views = {q: (Rows(*(a[k] for a in stack[0])), stack[1][k], stack[2][k])
                      for k, q in enumerate(queries[s:s + step])}
             pending, batches = {q: [] for q in views}, {}
@@ -346,15 +347,17 @@ def pattern_credit(tables, query, group, K, settlement, dist) -> tuple:
     theta = -int(fixed_part(rows, Eq, q, M, np.array([m]))[0])
     fillings = outside_fillings(m, K, len(P))
     passed = sum((Dal[i][fillings[:, j], m] for j, i in enumerate(P)), np.zeros(len(fillings), np.int64)) < theta
+    rest = ~passed                           # (rule "e") the claimed fillings the top-2 bound leaves
     if rule == "e" and len(unclaimed):       # never credited, no test
         listed = np.zeros(m ** len(P), dtype=bool)                  # by base-m number (m^3 <= MAX_PATTERN_WORK)
         listed[unclaimed @ m ** np.arange(len(P))] = True
         claimed = ~listed[fillings @ m ** np.arange(len(P))]
-        passed, fillings = passed[claimed], fillings[claimed]
-    weight, counted = fillings_weight(dist, fillings[passed], P) * fixed_w, int(np.count_nonzero(passed))
-    if rule != "e" or np.all(passed):
+        passed &= claimed
+        rest &= claimed
+    weight, counted = fillings_weight(dist, fillings, passed, P) * fixed_w, int(np.count_nonzero(passed))
+    if rule != "e" or not rest.any():
         return weight, counted, None
-    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[~passed], dist, fixed_w, n)
+    w, more, left = coupled_credit(rows, Eq, Dal, group, fillings[rest], dist, fixed_w, n)
     return weight + w, counted + more, left
 
 
@@ -423,14 +426,16 @@ def chunk_proofs(stack, P, chunk, dist) -> tuple:
     F = stacked_fixed_terms(rows, Eq, at, qs, M, ms)              # F[g, x], A[g] = max_{x != m} F[g, x]
     A = F.copy()
     A[np.arange(len(ms)), ms] = np.iinfo(np.int64).min
-    Dg = [Dal[at[:, None], i, np.arange(top)[None, :], ms[:, None]] for i in P]   # Dal[i][t_i, m], (g, top)
-    bad = A.max(axis=1).reshape(grid_axes(-1, len(ms), k, top)) + sum(
-        D.reshape(grid_axes(j, len(ms), k, top)) for j, D in enumerate(Dg)) >= 0
-    good = valid & ~bad
-    rule_e = np.array([g[3] == "e" for g in chunk]).reshape(grid_axes(-1, len(ms), k, top))
-    idx = np.nonzero(valid & bad & rule_e)           # the claimed fillings the top-2 bound leaves (rule "e")
+    Dg = [Dal[at, i, :top, ms] for i in P]          # Dal[i][t_i, m], (g, top)
+    bad = top_two_fails(A.max(axis=1), Dg, valid)
+    good = valid ^ bad                               # valid & ~bad: bad lies within valid
+    rule_e = np.array([g[3] == "e" for g in chunk])
+    if not rule_e.all():
+        bad &= rule_e.reshape(grid_axes(-1, len(ms), k, top))
+    flat = np.flatnonzero(bad)                       # the claimed fillings the top-2 bound leaves (rule "e")
+    idx = np.unravel_index(flat, bad.shape)          # (np.nonzero(bad), several times faster)
     proved = sparse_coupled((rows, Eq), P, at, ms, F, Dg, idx)
-    good[tuple(a[proved] for a in idx)] = True
+    good.reshape(-1)[flat[proved]] = True
     free = good.reshape(len(ms), -1).sum(axis=1)
     counted = int(free.sum())
     if not dist.unit:                                # the free positions' weights, contracted axis by axis
@@ -441,6 +446,19 @@ def chunk_proofs(stack, P, chunk, dist) -> tuple:
     return weight, counted, unproved_inputs(n, tuple(a[~proved] for a in idx), ms, qs, fixed, P)
 
 
+def top_two_fails(A, Dg, valid):
+    """The fillings of the grid `valid` (group, t_1, ..., t_k), k = len(Dg) <= 2, whose top-2 bound
+    A[g] + sum_j Dg[j][g, t_j] is not negative, as A + Dg[0] >= -Dg[1] (k = 2; terms below 2^62 in magnitude,
+    so both sides are exact in int64), straight into booleans."""
+    first = A[:, None] + Dg[0]
+    if len(Dg) == 1:
+        bad = first >= 0
+    else:
+        bad = first[:, :, None] >= np.negative(Dg[1])[:, None, :]
+    bad &= valid
+    return bad
+
+
 def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
     """The shape that lays a length-v axis along free position j of a (first, v, ..., v) grid of k positions."""
     return (first,) + tuple(v if i == j else 1 for i in range(k))
@@ -449,12 +467,13 @@ def grid_axes(j: int, first: int, k: int, v: int) -> tuple:
 def grid_fillings(chunk, ms, k: int, v: int):
     """Boolean grid (group, x_1, ..., x_k), each x_j below v >= max(ms): the fillings of group g's k free
     positions below its m, not all in its K (those are the group's pattern, counted elsewhere)."""
-    inK = np.array([g[1] for g in chunk])[:, :v]
-    valid, all_K = np.ones((len(ms),) + (v,) * k, dtype=bool), True
+    inK, below = np.array([g[1] for g in chunk])[:, :v], np.arange(v) < ms[:, None]
+    valid, all_K = True, True
     for j in range(k):
-        valid &= np.arange(v).reshape(grid_axes(j, 1, k, v)) < ms.reshape(grid_axes(-1, len(ms), k, v))
+        valid = valid & below.reshape(grid_axes(j, len(ms), k, v))
         all_K = all_K & inK.reshape(grid_axes(j, len(ms), k, v))
-    return valid & ~all_K
+    valid &= ~all_K
+    return valid
 
 
 def sparse_coupled(stack, P, at, ms, F, Dg, idx):
@@ -471,10 +490,12 @@ def sparse_coupled(stack, P, at, ms, F, Dg, idx):
         g, tj = idx[0][open_], idx[j + 1][open_]
         reach = np.zeros(Dg[j].shape, dtype=bool)
         reach[g, tj] = True
-        r, t = np.nonzero(reach)
+        r, t = np.unravel_index(np.flatnonzero(reach), reach.shape)      # np.nonzero(reach), faster
         ar, mr = at[r], ms[r]
-        C = F[r] + align(rows.Hh[ar, p, t] - rows.Hl[ar, p, t, mr][:, None], (Eq[ar, mr] - rows.E[ar, p, t])[:, None],
-                         True)
+        C = rows.Hh[ar, p, t]                                       # F + align(Hh - Hl[m], s, up): F - ((Hl[m] - Hh) >> s)
+        np.subtract(rows.Hl[ar, p, t, mr][:, None], C, out=C)
+        np.right_shift(C, np.minimum(Eq[ar, mr] - rows.E[ar, p, t], 63)[:, None], out=C)
+        np.subtract(F[r], C, out=C)
         C[np.arange(len(r)), mr] = np.iinfo(np.int64).min          # x != m
         Cmax = np.zeros(Dg[j].shape, dtype=np.int64)               # rows no filling reaches: never read
         Cmax[r, t] = C.max(axis=1)
@@ -489,7 +510,8 @@ def unproved_inputs(n: int, idx, ms, qs, fixed, P) -> list:
     tok[:, n - 1] = qs[idx[0]]
     for j, p in enumerate(P):
         tok[:, p] = idx[j + 1]
-    groups, starts = np.unique(idx[0], return_index=True)
+    starts = np.flatnonzero(np.diff(idx[0], prepend=-1))
+    groups = idx[0][starts]
     return [(int(qs[g]), (t, P, fixed[g])) for g, t in zip(groups.tolist(), np.split(tok, starts[1:]))]
 
 
@@ -521,10 +543,12 @@ def decided_weight(tables, rows, q: int, pending: list, dist) -> tuple:
     return weight, int(np.count_nonzero(verdict == 1)), len(tok)
 
 
-def fillings_weight(dist, fillings, P) -> int:
-    """The summed weight numerators of the free positions P over `fillings` (N, |P|) (their number, uniformly)."""
+def fillings_weight(dist, fillings, passed, P) -> int:
+    """The summed weight numerators of the free positions P over fillings[passed] (`fillings` (N, |P|), `passed`
+    booleans; uniformly their number)."""
     if dist.unit or not P:
-        return len(fillings)
+        return int(np.count_nonzero(passed))
+    fillings = fillings[passed]
     return int(math.prod(dist.arrays[p][fillings[:, j]] for j, p in enumerate(P)).sum())
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 WB = 30                     # bits of a numerator mantissa
 CHUNK = 4096                # inputs per vectorised full test (bounds memory: CHUNK * d_vocab per array)
+ROW_BLOCK = 4               # queries per block of `stacked_rows` / `stacked_view`'s temporaries (small arrays
+                            # are reused by the allocator; full-size ones cost a fresh page per 4 KB each time)
 
 
 class Rows(NamedTuple):
@@ -76,12 +78,14 @@ def query_rows(tables, values, q: int) -> Rows:
     return Rows(*(a[0] for a in stacked_rows(tables, values, [q])))
 
 
-def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
+def stacked_rows(tables, values, qs, tokens: int | None = None, scratch: dict | None = None) -> Rows:
     """`query_rows` of the queries qs at once, each table stacked along a leading axis (one per query), for the
     key tokens t < `tokens` only (default all: rows of other tokens are never read by a caller that passes it).
     w = e pw from WB-bit mantissas of each (`mantissas`; exact int64 products below 2^(2 WB)), cut to WB bits
     at E (floor / ceil shifts; the shift from frexp of the product's float, at least its bit length). The query
-    position n-1 holds q in every input: its rows of the other tokens are the loosest bound (`loose_bounds`)."""
+    position n-1 holds q in every input: its rows of the other tokens are the loosest bound (`loose_bounds`).
+    The products and gaps are computed ROW_BLOCK queries at a time (temporaries of a block's size only); the
+    tables are written into `scratch`'s buffers when given (`workspace`)."""
     n, t = tables["n"], slice(0, tokens)
     qs = list(qs)
     el, eh, Xe = mantissas(*(a[qs][:, t] for a in tables["ends"]["e"]), WB)
@@ -96,22 +100,39 @@ def stacked_rows(tables, values, qs, tokens: int | None = None) -> Rows:
         raise RuntimeError("accuracy rows: int64 bound exceeded (checker bug)")     # module docstring
     (EUl, EUh), (EVl, EVh), (PVl, PVh) = values["EU"], values["EVOU"], values["PVOU"]
     shape, f = wl.shape[:3] + (len(EUl[0]),), slice(0, n - 1)          # f: the free positions
-    Hl, Hh = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
-    # V = (EU[q] + PVOU[i]) + EVOU[t]: the small sum first, then one pass of the full shape
-    interval_products(wl[:, f], wh[:, f], (EUl[qs][:, None, None, :] + PVl[None, f, None]) + EVl[None, None, t],
-                      (EUh[qs][:, None, None, :] + PVh[None, f, None]) + EVh[None, None, t], Hl[:, f], Hh[:, f])
+    Hl, Hh = workspace(scratch, "Hl", shape), workspace(scratch, "Hh", shape)
+    D = workspace(scratch, "D", (len(qs), n - 1) + shape[2:])
+    for b in range(0, len(qs), ROW_BLOCK):      # V = (EU[q] + PVOU[i]) + EVOU[t]: the small sum first
+        k, qb = slice(b, b + ROW_BLOCK), qs[b:b + ROW_BLOCK]
+        interval_products(wl[k, f], wh[k, f], (EUl[qb][:, None, None, :] + PVl[None, f, None]) + EVl[None, None, t],
+                          (EUh[qb][:, None, None, :] + PVh[None, f, None]) + EVh[None, None, t], Hl[k, f], Hh[k, f])
+        top_two_gaps(Hh[k, f], Hl[k, f], D[k])
     Hl[:, n - 1], Hh[:, n - 1] = loose_bounds(size)
     at = (np.arange(len(qs))[:, None], n - 1, np.array(qs)[:, None])      # query q's own row at n-1
     Hl[at], Hh[at] = interval_products(wl[at], wh[at], (EUl[qs] + EVl[qs] + PVl[n - 1])[:, None, :],
                                        (EUh[qs] + EVh[qs] + PVh[n - 1])[:, None, :])
-    return Rows(Hl, Hh, E, top_two_gaps(Hh[:, f], Hl[:, f]))
+    return Rows(Hl, Hh, E, D)
 
 
-def top_two_gaps(Hh, Hl):
+def workspace(scratch, key: str, shape) -> np.ndarray:
+    """An uninitialised int64 array of `shape` (every entry is written before it is read): new, or with a dict
+    `scratch` the front of its buffer `key`, grown when too small. A caller passing one `scratch` to several
+    stacks uses each stack's arrays only before it builds the next (they share memory), largest stack first
+    (no buffer grows after the first: each page is faulted in once per check, not once per stack)."""
+    size = int(np.prod(shape))
+    if scratch is None:
+        return np.empty(shape, dtype=np.int64)
+    if key not in scratch or scratch[key].size < size:
+        scratch[key] = np.empty(size, dtype=np.int64)
+    return scratch[key][:size].reshape(shape)
+
+
+def top_two_gaps(Hh, Hl, out=None):
     """top_two(Hh) - Hl (int64, entries below 2^(WB+VB) in magnitude: the difference below 2^62), written as
-    the row's largest minus Hl, then corrected at each row's first argmax (the largest of the others there)."""
+    the row's largest minus Hl (into `out` if given), then corrected at each row's first argmax (the largest of
+    the others there)."""
     top, second, arg = row_tops(Hh)
-    D = np.subtract(top[..., None], Hl)
+    D = np.subtract(top[..., None], Hl, out=out)
     at = tuple(np.indices(arg.shape, sparse=True)) + (arg,)
     D[at] = second - Hl[at]
     return D
@@ -161,10 +182,11 @@ def align(x, s, up: bool):
     return -((-x) >> s) if up else x >> s
 
 
-def align_up(x, s):
-    """`align`(x, s, up=True) with s an array of the result's shape that it overwrites (no other temporary)."""
+def align_up(x, s, out=None):
+    """`align`(x, s, up=True) with s an array of the result's shape that it overwrites, into `out` if given (no
+    other temporary)."""
     np.minimum(s, 63, out=s)
-    y = np.negative(x)
+    y = np.negative(x, out=out)
     np.right_shift(y, s, out=y)
     return np.negative(y, out=y)
 
@@ -206,14 +228,18 @@ def query_view(tables, values, q: int) -> tuple:
     return Rows(*(a[0] for a in rows)), Eq[0], Dal[0]
 
 
-def stacked_view(tables, values, qs, tokens: int | None = None) -> tuple:
-    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` as in
-    `stacked_rows` (every query in qs below it: Eq[m] is then for m < tokens)."""
-    rows = stacked_rows(tables, values, qs, tokens)
+def stacked_view(tables, values, qs, tokens: int | None = None, scratch: dict | None = None) -> tuple:
+    """`query_view` of the queries qs at once, stacked along a leading axis (one per query); `tokens` and
+    `scratch` as in `stacked_rows` (every query in qs below `tokens`: Eq[m] is then for m < tokens)."""
+    rows = stacked_rows(tables, values, qs, tokens, scratch)
     n = rows.E.shape[1]
     Eq = np.maximum(np.maximum.accumulate(rows.E[:, : n - 1].max(axis=1), axis=1),
                     rows.E[np.arange(len(qs)), n - 1, list(qs)][:, None])
-    return rows, Eq, align_up(rows.D[..., : Eq.shape[1]], Eq[:, None, None, :] - rows.E[:, : n - 1, :, None])
+    Dal = workspace(scratch, "Dal", rows.D.shape[:3] + Eq.shape[1:])
+    for b in range(0, len(qs), ROW_BLOCK):      # by blocks of queries: small temporaries
+        k = slice(b, b + ROW_BLOCK)
+        align_up(rows.D[k, ..., : Eq.shape[1]], Eq[k, None, None, :] - rows.E[k, : n - 1, :, None], Dal[k])
+    return rows, Eq, Dal
 
 
 def fixed_part(rows: Rows, Eq, q: int, M, ms) -> np.ndarray:
@@ -249,11 +275,12 @@ def coupled(rows: Rows, Eq, Dal, q: int, m: int, P, tok) -> np.ndarray:
     (`Dal`, D aligned to Eq[m]): max_{x != m} (F[x] + H_p[t_p, x] - H_p[t_p, m]) + sum_{j != p} D[j, t_j, m]
     < 0 for some p in P (each term aligned up to Eq[m]; n terms, so below 2^62 as in the module docstring)."""
     F = fixed_terms(rows, Eq, q, [i for i in range(rows.E.shape[0] - 1) if i not in P], np.array([m]))
-    ok = np.zeros(len(tok), dtype=bool)
+    ok, D = np.zeros(len(tok), dtype=bool), {j: Dal[j][tok[:, j], m] for j in P}
+    total = sum(D.values())                      # sum_{j != p} D[j] = total - D[p], exact (terms below 2^62)
     for p in P:
         C = F + align(rows.Hh[p, :m] - rows.Hl[p, :m, m][:, None], (Eq[m] - rows.E[p, :m])[:, None], True)
         C[:, m] = np.iinfo(np.int64).min
-        ok |= C.max(axis=1)[tok[:, p]] + sum((Dal[j][tok[:, j], m] for j in P if j != p), np.int64(0)) < 0
+        ok |= C.max(axis=1)[tok[:, p]] + (total - D[p]) < 0
     return ok
 
 

@@ -25,7 +25,8 @@ from tcert.checker.kinds.accuracy.rows import align, mantissas, scaled_ends, top
 
 VALUE_BITS = 20     # value tables at most 2^20 in magnitude
 FIVE_TERMS = 5      # the most products a screened bound adds (refine's corners)
-SETS_CHUNK = 1 << 20    # `cubic_sets`: (m, q, k) entries per block of max tokens (bounds its int64 arrays)
+SETS_CHUNK = 1 << 15    # `cubic_sets`: (m, q, k) entries per block of max tokens (bounds its int64 arrays; small
+                        # blocks' temporaries are reused by the allocator instead of fresh pages per check)
 MAX_SETS = 1 << 28      # `cubic_sets`: d_vocab^3 n_ctx at most (K's booleans; d_vocab 406 at n_ctx 4)
 
 

@@ -111,12 +111,12 @@ class Tables(dict):
         """Add the exact integer bounds (`integer_tables`' docstring) from the interval matrices."""
         B, intervals = self.backend, self["intervals"]
         self["exact"] = True
-        parts = self["numerators"]
+        parts = self["numerators"]              # those `float_tables` built entry by entry, if any
         if intervals["EQKE"] is not None:
-            self["e_lo"], self["e_hi"], self["e_shift"] = numerator_bounds(B, intervals["EQKE"], parts["EQKE"])
+            self["e_lo"], self["e_hi"], self["e_shift"] = numerator_bounds(B, intervals["EQKE"], parts.get("EQKE"))
             if eqke_bounds:
                 self["EQKE_lo"], self["EQKE_hi"] = integer_bounds(B, intervals["EQKE"], "EQKE")
-        self["pw_lo"], self["pw_hi"], self["pw_shift"] = numerator_bounds(B, intervals["EQKP"], parts["EQKP"])
+        self["pw_lo"], self["pw_hi"], self["pw_shift"] = numerator_bounds(B, intervals["EQKP"], parts.get("EQKP"))
         for name in ("EU", "EVOU", "PVOU"):
             self[name + "_lo"], self[name + "_hi"] = integer_bounds(B, intervals[name], name)
 
@@ -134,16 +134,26 @@ def float_tables(B, model, eqke: bool = True, library: bool = False) -> Tables:
     out.backend = B
     ends, out["numerators"] = {name: B.float_ends(intervals[name]) for name in ("EU", "EVOU", "PVOU")}, {}
     for name, key in (("EQKE", "e"), ("EQKP", "pw")) if eqke else (("EQKP", "pw"),):
-        E, below, _ = out["numerators"][name] = numerators(B, intervals[name])
-        lo, hi = B.float_ends(E)
-        deep = np.array(below if below is not None else False, dtype=bool)
-        ends[key] = (np.where(deep, 0.0, np.maximum(lo, 0.0)), np.where(deep, TINY, hi))
+        ends[key] = numerator_ends(B, intervals[name], out["numerators"], name)
     for name, (lo, hi) in ends.items():
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
             out.exact(False)            # Rejected with the failing numbers beyond 2^(MAX_BITS - SHIFT)
             raise Rejected("", f"accuracy: a bound of {name} is beyond the float64 range (hostile weights)")
     out["ends"] = ends
     return out
+
+
+def numerator_ends(B, mat, parts: dict, name: str) -> tuple:
+    """Float64 ends (lower ends clipped at 0) of the numerators exp(entry - c_row) of `numerators`, with the same
+    c_row: from the backend's one pass per row (`Backend.exp_ends`) where it has one and every result is finite,
+    else from `numerators`' matrix (kept in parts[name] for `Tables.exact`; deep entries: 0 and TINY)."""
+    fast = B.exp_ends(mat)
+    if fast is not None:
+        return np.maximum(fast[0], 0.0), fast[1]
+    E, below, _ = parts[name] = numerators(B, mat)
+    lo, hi = B.float_ends(E)
+    deep = np.array(below if below is not None else False, dtype=bool)
+    return np.where(deep, 0.0, np.maximum(lo, 0.0)), np.where(deep, TINY, hi)
 
 
 def fixed_point(q: Fraction, up: bool, shift: int = SHIFT) -> int:
