@@ -162,6 +162,40 @@ def test_derived_cubic_sets_by_blocks_and_their_limit(tiny, monkeypatch):
         check(cert, path)
 
 
+def test_block_sets_dense_grid_is_the_rule_per_token(tiny):
+    """screen.block_sets on its dense (m, q, k) grid gives, for every (m, q, k) with q <= m, k < m, the rule
+    A(u) + upper(w, key) < 0 at both ends u written out per token (x = P_lo - u for key < 0, else P_hi - u;
+    a = upper end's factor times key where x >= 0, else b), and nothing elsewhere; on random ends (P - u of
+    both signs, P_lo != P_hi) and keys of both signs, blocks of 1 to 3 max tokens. Fails on taking P_hi for
+    a negative key, on dropping the mask k < m, on writing c = n-1 for q < m."""
+    _, _, T, _ = tiny
+    n, v = T["n"], T["v"]
+    rng = np.random.default_rng(n * v)
+    D = {k: x for k, x in T.items() if k not in ("cubic sets", "cubic keys", "screen")}
+    S = screen.screen_tables(D)
+    S = S._replace(EUp=rng.integers(-50, 50, S.EUp.shape), R=rng.integers(-50, 50, S.R.shape))
+    m, q = np.nonzero(np.tri(v, dtype=bool))
+    pair = np.zeros((v, v), dtype=np.int64)
+    pair[m, q] = np.arange(len(m))
+    ends = {c: [(rng.integers(-9, 9, 2 * v), rng.integers(-3000, 3000, len(m))) for _ in range(2)] for c in range(1, n)}
+    for block in (1, 2, 3):
+        K, KB = np.zeros((v, v, n, v), dtype=bool), np.full((v, v, n), np.iinfo(np.int64).min)
+        for m0 in range(0, v, block):
+            screen.block_sets(S, pair, ends, range(m0, min(m0 + block, v)), K, KB)
+        want, keys = np.zeros_like(K), np.full_like(KB, np.iinfo(np.int64).min)
+        for mm, qq, c, k in itertools.product(range(v), range(v), range(1, n), range(v)):
+            if qq > mm or k >= mm or (c == n - 1 and qq != mm):
+                continue
+            lo, hi = (int(screen.weights(S, np.array(qq), np.array(mm), np.array(k), up)) for up in (False, True))
+            key = int(S.EUp[mm, qq] + S.R[mm, k])
+            a, b = (key * hi, key * lo) if key >= 0 else (key * lo, key * hi)
+            xs = [int(P_u[2 * qq + (key < 0)]) for P_u, _ in ends[c]]
+            want[mm, qq, c, k] = all(int(A[pair[mm, qq]]) + (a if x >= 0 else b) * x < 0
+                                     for x, (_, A) in zip(xs, ends[c]))
+            keys[mm, qq, c] = max(keys[mm, qq, c], a) if want[mm, qq, c, k] else keys[mm, qq, c]
+        assert np.array_equal(K, want) and np.array_equal(KB, keys), block
+
+
 # ------------------------------------------------------------------------------- the mixed rule, exhaustively
 
 def test_every_accepted_mixed_entry_covers_only_correct_inputs(tiny):

@@ -151,26 +151,27 @@ def cubic_sets(tables) -> tuple:
 
 def block_sets(S, pair, ends, block, K, KB) -> None:
     """`cubic_sets` for the max tokens m in `block` (a range): K[m, q, c, k] and KB[m, q, c] for every (m, q, k)
-    with q <= m and k < m, from the (P - u, A(u)) of both ends u per c (`ends`: the same for every block)."""
-    v, n = K.shape[0], K.shape[2]
-    M, Q, T = np.nonzero(np.tri(v, dtype=bool)[block.start:block.stop, :, None]
-                         & np.tri(v, k=-1, dtype=bool)[block.start:block.stop, None])
-    M += block.start                                            # (m, q, k) with q <= m, k < m
-    if not len(M):                                              # max token 0: no k < m
+    with q <= m and k < m, from the (P - u, A(u)) of both ends u per c (`ends`: the same for every block). On
+    the block's dense grid (m, q, k), q < top and k < top - 1 (top = the block's end): broadcasting, no index
+    arrays; the (m, q, k) outside q <= m, k < m are masked (k clamped to m: every term is a real case's)."""
+    n, top = K.shape[2], block.stop
+    if top < 2:                                                 # max token 0 only: no k < m
         return
+    M, Q, k = np.arange(block.start, top)[:, None, None], np.arange(top)[:, None], np.arange(top - 1)
+    T = np.minimum(k, M)                                        # (m, 1, k)
+    valid = (Q <= M) & (k < M)                                  # (m, q, k) with q <= m, k < m
     eK, eKh = (weights(S, Q, M, T, up) for up in (False, True))
-    MQ = M * v + Q                                              # flat indices (as in `weights`)
-    key = S.EUp.take(MQ) + S.R.take(M * v + T)
+    key = S.EUp[block.start:top, :top, None] + S.R[M, T]
     neg = key < 0
     a, b = key * np.where(neg, eK, eKh), key * np.where(neg, eKh, eK)
-    side, at = 2 * Q + neg, pair.take(MQ)                       # x: hi of query Q for key >= 0, else lo
-    diag = np.flatnonzero(Q == M)                               # c = n-1 only for q = m (every m >= 1 has some)
-    for c in range(1, n):
-        j = slice(None) if c <= n - 2 else diag
-        holds = np.ones(len(at[j]), dtype=bool)
-        for P_u, A in ends[c]:
-            x = P_u[side[j]]                                    # P - u
-            holds &= A[at[j]] + np.where(x >= 0, a[j], b[j]) * x < 0
-        np.put(K, (MQ[j] * n + c) * v + T[j], holds)            # K[m, q, c, k], KB[m, q, c] by flat index
-        runs = np.flatnonzero(np.r_[True, np.diff(at[j]) != 0])     # each (m, q)'s tokens k < m, consecutive
-        np.put(KB, MQ[j][runs] * n + c, np.maximum.reduceat(np.where(holds, a[j], KB[0, 0, 0]), runs))
+    at, d = pair[block.start:top, :top, None], (np.arange(top - block.start), M[:, 0, 0])   # d: the q = m rows
+    for c in range(1, n):                                       # c = n-1 only for q = m: those rows only
+        j = (slice(None),) * 2 if c < n - 1 else d
+        holds = valid[j].copy()
+        for P_u, A in ends[c]:                                  # query q's P_hi - u, P_lo - u at 2q, 2q + 1
+            P_hi, P_lo = P_u[: 2 * top: 2, None][j[1:]], P_u[1: 2 * top: 2, None][j[1:]]
+            x = np.where(neg[j], P_lo, P_hi)                    # x: hi of query q for key >= 0, else lo
+            y = np.where(x >= 0, a[j], b[j])                    # A + y x < 0, y x and the sum in place
+            holds &= np.add(np.multiply(y, x, out=y), A[at][j], out=y) < 0
+        K[block.start:top, :top, c, : top - 1][j] = holds
+        KB[block.start:top, :top, c][j] = np.where(holds, a[j], KB[0, 0, 0]).max(axis=-1)
