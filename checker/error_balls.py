@@ -525,7 +525,7 @@ def row_sq_max(B: Backend, M: IMat) -> Fraction:
             sums, exps = _square_sums(M, parts)
             low = min(exps)
             top = max(v << (e - low) for v, e in zip(sums, exps))
-            M.cuts[key] = Fraction(top << low) if low >= 0 else Fraction(top, 1 << -low)
+            M.cuts[key] = exact_products.dyadic(top, low)
         else:
             M.cuts[key] = max(row_sq_uppers(B, M)[0], default=Fraction(0))
     return M.cuts[key]
@@ -547,7 +547,7 @@ def row_sq_uppers(B: Backend, M: IMat) -> tuple:
         parts = exact_backend.multi_point(M)
         if parts is not None and B.exact:
             sums, exps = _square_sums(M, parts)
-            M.cuts[key] = [Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e) for v, e in zip(sums, exps)], None
+            M.cuts[key] = [exact_products.dyadic(v, e) for v, e in zip(sums, exps)], None
         else:
             enc = row_sq_norms(B, M)
             M.cuts[key] = [B.upper(x) for x in enc], enc

@@ -612,10 +612,10 @@ def row_squares(parts) -> list:
             _require_exact(_pair_bound(cut, s, cut, t, n))
             dots, shift = np.einsum("ij,ij->i", full[s], full[t]).astype(np.int64).tolist(), (2 * depth - 2 - s - t) * bits
             total = [a + ((v << shift) << (s != t)) for a, v in zip(total, dots)]     # s != t: both orders
-    return [_dyadic(v, 2 * e - 2 * depth * bits) for v, e in zip(total, top.tolist())]
+    return [dyadic(v, 2 * e - 2 * depth * bits) for v, e in zip(total, top.tolist())]
 
 
-def _dyadic(v: int, e: int) -> Fraction:
+def dyadic(v: int, e: int) -> Fraction:
     """The Fraction v 2^e, exactly."""
     return Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e)
 
@@ -632,4 +632,4 @@ def row_sums(x: Exact) -> list:
         sums = m.sum(axis=1).tolist() if b * x.shape[1] < ACC_LIMIT else [sum(r) for r in m.tolist()]
         out = [t + sg * (v << (o - low)) for t, v in zip(out, sums)]
     base = low + (int(x.col_scale[0]) if x.shape[1] else 0)
-    return [Fraction(t << (e + base)) if e + base >= 0 else Fraction(t, 1 << -(e + base)) for t, e in zip(out, x.row_scale.tolist())]
+    return [dyadic(t, e + base) for t, e in zip(out, x.row_scale.tolist())]

@@ -290,7 +290,7 @@ FAMILIES = ("prediction", "overwhelm", "accuracy", "influence")
 # screen.value_bounds for every max token at once (screen.others_max, rows.top_two; no loop over m, the
 # d_vocab >= 2 refusal): +3.
 # rows.top_two_gaps (D as the row's largest minus Hl, corrected at the argmax; no full-size where): +5.
-# LayerNorm's squared row norms by row dots of the carried digits (exact_products.row_squares, _dyadic; was
+# LayerNorm's squared row norms by row dots of the carried digits (exact_products.row_squares, dyadic; was
 # row_sums of an entrywise square, now its fallback; digits of every row used in place): exact +19. Cutting in place (_scaled_digits scales and
 # subtracts into its own block; _cut compresses by the digit statistics' line maxima; _assemble keeps a single
 # block's arrays): exact +3. Factors of entrywise products cut once and reused (exact_products.LineCut, line_cut,
