@@ -107,3 +107,71 @@ def test_exact_config_numbers_for_the_new_fields():
         parse_config({**cfg, "rotary_scaling_factor": "-1"})
     with pytest.raises(BadInput, match="normalization_type must be null"):
         parse_config({**cfg, "normalization_type": "RMSPre"})
+
+
+# --- reading and hashing in one pass (`read_hashed`) -------------------------------------------------------
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 64, 1000])
+@pytest.mark.parametrize("limit_extra", [-1, 0, 1, 50])
+def test_read_hashed_is_read_then_sha256(tmp_path, monkeypatch, size, limit_extra):
+    """The bytes and digest equal f.read(limit) and its SHA-256, at chunk sizes that split the file anywhere
+    (a chunk the hashing thread skipped, or the tail past the size hint, would change the digest)."""
+    import hashlib
+    from tcert.checker import modelfile
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "m.bin"
+    path.write_bytes(data)
+    limit = max(size + limit_extra, 0)
+    for chunk in (1, 3, 8, 1 << 20):
+        monkeypatch.setattr(modelfile, "READ_CHUNK", chunk)
+        with open(path, "rb") as f:
+            got, sha = modelfile.read_hashed(f, limit)
+        assert bytes(got) == data[:limit] and sha == hashlib.sha256(data[:limit]).hexdigest()
+
+
+def test_read_hashed_reads_past_the_size_hint(tmp_path):
+    """A pipe (size hint 0) and a file longer than its hint are read to the limit and hashed whole; the bytes
+    come back read-only, so no array on them can be written after the hash."""
+    import hashlib, os, threading
+    from tcert.checker import modelfile
+    data = bytes(range(256)) * 40
+    r, w = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w, data), os.close(w)))
+    writer.start()
+    with os.fdopen(r, "rb") as f:
+        got, sha = modelfile.read_hashed(f, len(data) + 1)
+    writer.join()
+    assert bytes(got) == data and sha == hashlib.sha256(data).hexdigest()
+
+    class Growing:
+        """A file whose fstat says 100 bytes (another file's descriptor) while it holds 300."""
+        def __init__(self, path, hint):
+            self.f, self.h = open(path, "rb"), open(hint, "rb")
+        def fileno(self):
+            return self.h.fileno()
+        def readinto(self, b):
+            return self.f.readinto(b)
+        def read(self, n):
+            return self.f.read(n)
+    path, hint = tmp_path / "long", tmp_path / "hint"
+    path.write_bytes(data[:300])
+    hint.write_bytes(b"x" * 100)
+    g = Growing(path, hint)
+    got, sha = modelfile.read_hashed(g, 10_000)
+    g.f.close(), g.h.close()
+    assert bytes(got) == data[:300] and sha == hashlib.sha256(data[:300]).hexdigest()
+    with open(path, "rb") as f:
+        view, _ = modelfile.read_hashed(f, 10_000)
+    assert isinstance(view, memoryview) and view.readonly
+
+
+def test_loaded_model_is_read_only_and_hashed(tmp_path):
+    """load_model's digest is the SHA-256 of the file; its tensors cannot be written."""
+    import hashlib
+    from tcert.generator.model.files import save_model
+    tensors, config = random_model("neox1l", seed=3, n_layers=1, **SMALL)
+    path = tmp_path / "m.safetensors"
+    save_model(str(path), tensors, config)
+    model = load_model(str(path))
+    assert model.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert not any(t.flags.writeable for t in model.tensors.values())
