@@ -9,8 +9,9 @@ the same movement recomputed by the uncached forward pass, and the seconds the s
 --search seeded: `seeded_influence` from the `--pairs` worst n = 2 pairs of `pair_table` over the `--queries` most
 fragile last tokens (0: every token; the table is computed once, its seconds printed in a first JSON line).
 --search grad (needs torch): `search_grad.grad_influence`, greedy coordinate gradient over the last `--window` positions
-and re-pairing, started from the largest witness of length n in `--witness` (JSON lines printed by this script), or
-without it from the witness of `--start` (strong or seeded, run first; its seconds are included):
+and re-pairing, started from the largest witness of length n in `--witness` (JSON lines printed by this script; none
+of length n: the longest shorter one, its first token repeated in front), or without it from the witness of `--start`
+(strong or seeded, run first; its seconds are included):
 
     python benchmarks/influence_worst_found.py --model text2.safetensors --n 64 --search grad --witness strong2.jsonl
 """
@@ -56,7 +57,7 @@ def main(argv=None):
     for n in (int(v) for v in args.n.split(",")):
         start = time.perf_counter()
         if args.search == "grad":
-            dy, dp, tokens, i, a, b, begin = grad_search(model, n, args, pairs)
+            dy, dp, tokens, i, a, b, begin, trace = grad_search(model, n, args, pairs)
         elif args.search == "seeded":
             dy, dp, tokens, i, a, b = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth,
                                                        rounds=args.rounds, seed=n)
@@ -65,7 +66,7 @@ def main(argv=None):
                                                        rounds=args.rounds, seed=n)
         seconds = time.perf_counter() - start
         extra = {} if args.search != "grad" else dict(start_dy=begin, window=args.window, steps=args.steps,
-                                                      batch=args.batch, topk=args.topk)
+                                                      batch=args.batch, topk=args.topk, gcg=trace)
         print(json.dumps(dict(model=args.model, search=args.search, n=n, depth=args.depth, rounds=args.rounds,
                               seed=n, dy=dy, dp=dp, **extra,
                               i=i, a=a, b=b, seconds=round(seconds, 1),
@@ -75,15 +76,18 @@ def main(argv=None):
 
 def start_witness(model, n, args, pairs):
     """(tokens, i, a, b) to start the gradient search from: the largest witness of length n in the JSON lines
-    of `--witness`, else that of a `--start` search run now."""
+    of `--witness` (none of length n: the largest of the longest shorter witnesses, its first token repeated in
+    front up to length n), else that of a `--start` search run now."""
     if args.witness:
         with open(args.witness) as f:
             rows = [json.loads(line) for line in f if line.strip().startswith("{")]
-        rows = [r for r in rows if r.get("n") == n and "tokens" in r]
+        rows = [r for r in rows if "tokens" in r and r["n"] <= n]
         if not rows:
-            raise SystemExit(f"no witness of length {n} in {args.witness}")
-        r = max(rows, key=lambda r: r["dy"])
-        return r["tokens"], r["i"], r["a"], r["b"]
+            raise SystemExit(f"no witness of length <= {n} in {args.witness}")
+        longest = max(r["n"] for r in rows)
+        r = max((r for r in rows if r["n"] == longest), key=lambda r: r["dy"])
+        pad = n - longest
+        return [r["tokens"][0]] * pad + r["tokens"], r["i"] + pad, r["a"], r["b"]
     if pairs is not None:
         found = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth, rounds=args.rounds, seed=n)
     else:
@@ -92,13 +96,16 @@ def start_witness(model, n, args, pairs):
 
 
 def grad_search(model, n, args, pairs):
-    """`grad_influence` from `start_witness`: (dy, dp, tokens, i, a, b, the start's movement)."""
+    """`grad_influence` from `start_witness`: (dy, dp, tokens, i, a, b, the start's movement, per GCG round
+    (steps, candidates evaluated, candidates accepted))."""
     from tcert.generator.influence.search_grad import grad_influence
     tokens, i, a, b = start_witness(model, n, args, pairs)
     begin = pair_movement(model, tokens, i, a, b)[0]
+    trace = []
     found = grad_influence(model, tokens, i, a, b, window=args.window or None, rounds=args.rounds,
-                           steps=args.steps, batch=args.batch, topk=args.topk, seed=n, seconds=args.seconds)
-    return (*found, begin)
+                           steps=args.steps, batch=args.batch, topk=args.topk, seed=n, seconds=args.seconds,
+                           trace=trace)
+    return (*found, begin, trace)
 
 
 if __name__ == "__main__":

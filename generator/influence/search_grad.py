@@ -247,13 +247,14 @@ def _proposals(G, ga, gb, x, a, b, batch, topk, swaps, rng):
 
 
 def gcg_influence(model, tokens, i, a, b, positions=None, steps: int = 100, batch: int = 64, topk: int = 32,
-                  swaps=(1, 2, 4), seed: int = 0, dtype=None, seconds=None, tw=None):
+                  swaps=(1, 2, 4), seed: int = 0, dtype=None, seconds=None, tw=None, trace=None):
     """Greedy coordinate gradient ascent of ||y_a - y_b||_2 over the pair (tokens, i, a, b) with i fixed: per
     step the gradient w.r.t. the one-hot rows ranks every token at every position of `positions` (None: every
     position but i) and the tokens a and b (`swap_gains`), `batch` candidates of `swaps` changes each
     (`_proposals`) are evaluated exactly (torch in `dtype`, default float32) and the best replaces the pair if
     it moves more. Only the positions from min(positions, i) on are recomputed (the prefix's keys and values
-    once, `prefix_kv`; causal models). Stops after `steps` steps or `seconds`. Returns (||y - y'||_2 in float64
+    once, `prefix_kv`; causal models). Stops after `steps` steps or `seconds`; `trace` (a list) gets one
+    (steps taken, candidates evaluated, candidates accepted) per call. Returns (||y - y'||_2 in float64
     by `search.pair_movement`, tokens, i, a, b): the two inputs are `tokens` with a, and with b, at i."""
     import time
 
@@ -267,7 +268,7 @@ def gcg_influence(model, tokens, i, a, b, positions=None, steps: int = 100, batc
     start = min(positions + [i])
     cache = prefix_kv(tw, x[:start]) if start else None
     still = np.setdiff1d(np.arange(start, n), positions) - start     # suffix positions that keep their token
-    clock, cur = time.perf_counter(), None
+    clock, cur, taken, accepted = time.perf_counter(), None, 0, 0
     for _ in range(steps):
         if seconds is not None and time.perf_counter() - clock > seconds:
             break
@@ -276,19 +277,21 @@ def gcg_influence(model, tokens, i, a, b, positions=None, steps: int = 100, batc
         G[still] = -np.inf
         X, A, B = _proposals(G, ga, gb, x[start:], a, b, batch, topk, swaps, rng)
         d = movements(tw, X, i - start, A, B, cache)
-        c = int(np.argmax(d))
+        c, taken = int(np.argmax(d)), taken + 1
         if d[c] > cur:
-            cur, x[start:], a, b = float(d[c]), X[c], int(A[c]), int(B[c])
+            cur, x[start:], a, b, accepted = float(d[c]), X[c], int(A[c]), int(B[c]), accepted + 1
+    if trace is not None:
+        trace.append((taken, taken * batch, accepted))
     x[i] = a
     return pair_movement(model, x, i, a, b)[0], x, i, a, b
 
 
 def grad_influence(model, tokens, i, a, b, window=None, rounds: int = 2, steps: int = 100, batch: int = 64,
-                   topk: int = 32, seed: int = 0, seconds=None, dtype=None):
+                   topk: int = 32, seed: int = 0, seconds=None, dtype=None, trace=None):
     """Refine a pair of inputs (e.g. the witness of `search.strong_influence` or `seeded_influence`; causal
     models): `rounds` times `gcg_influence` over the last `window` positions (None: every position) and then
     the worst pair at i over every token (`search.context_pairs`, float64, the prefix before i reused).
-    `seconds` bounds each GCG run. Returns (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of the largest pair
+    `seconds` bounds each GCG run; `trace` as in `gcg_influence`. Returns (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of the largest pair
     found, both recomputed in float64 by `search.pair_movement` (never below the start's movement)."""
     import torch
     from tcert.generator.influence.search import context_pairs, pair_movement
@@ -300,10 +303,42 @@ def grad_influence(model, tokens, i, a, b, window=None, rounds: int = 2, steps: 
     positions = None if window is None else range(max(0, n - window), n)
     for r in range(rounds):
         _, x, i, a, b = gcg_influence(model, x, i, a, b, positions, steps, batch, topk, seed=seed + r,
-                                      seconds=seconds, tw=tw)
+                                      seconds=seconds, tw=tw, trace=trace)
         _, _, a, b = context_pairs(model, x, i, np.arange(V))
         x[i] = a
         dy, dp = pair_movement(model, x, i, a, b)
         if dy > best[0]:
             best = (dy, dp, x.copy(), i, a, b)
     return best
+
+
+def relaxed_influence(model, tokens, i, a, b, steps: int = 300, lr: float = 0.1, sharp: float = 4.0,
+                      temperatures=(1.0, 0.1), seed: int = 0, dtype=None):
+    """Continuous relaxation: every position's token (and the pair a, b at i) becomes a softmax over the
+    vocabulary of logits started at `sharp` times the one-hot of `tokens` plus noise; Adam ascends ||y_a - y_b||
+    of the mixed embeddings while the softmax temperature falls geometrically through `temperatures`; the
+    argmax tokens are the result. Returns (||y - y'||_2 in float64 by `search.pair_movement`, tokens, i, a, b,
+    the relaxed movement at the last step): the gap between the last two shows what the rounding loses."""
+    import torch
+    from tcert.generator.influence.search import pair_movement
+    tw = TorchWeights(model, torch.float32 if dtype is None else dtype)
+    V, E = model.config.d_vocab, tw.t["embed.W_E"]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.as_tensor(np.asarray(tokens, dtype=np.intp))
+    start = torch.nn.functional.one_hot(torch.cat([x, torch.as_tensor([int(b)])]), V).to(tw.dtype) * sharp
+    start[i, :] = sharp * torch.nn.functional.one_hot(torch.as_tensor(int(a)), V)
+    theta = (start + 0.1 * torch.randn(start.shape, generator=gen, dtype=tw.dtype)).requires_grad_()
+    opt = torch.optim.Adam([theta], lr=lr)
+    t0, t1 = temperatures
+    for s in range(steps):
+        tau = t0 * (t1 / t0) ** (s / max(1, steps - 1))
+        mix = torch.softmax(theta / tau, dim=-1) @ E
+        rows = torch.stack([mix[:-1], torch.cat([mix[:i], mix[-1:], mix[i + 1:-1]])])
+        y = final_states(tw, rows)
+        loss = -(y[0] - y[1]).norm()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    pick = theta.detach().argmax(dim=-1).numpy()
+    out, a, b = pick[:-1].copy(), int(pick[i]), int(pick[-1])
+    return pair_movement(model, out, i, a, b)[0], out, i, a, b, float(-loss.detach())

@@ -103,7 +103,8 @@ def test_movements_and_swap_gains_are_the_pair_movement_and_its_derivatives():
 
 def test_gcg_witness_is_real_and_never_below_its_start():
     """gcg_influence and grad_influence return a pair whose movement, recomputed by two independent
-    `last_states` calls, is the one reported, at least the start's; frozen positions keep their tokens."""
+    `last_states` calls, is the one reported, at least the start's; positions outside the window keep their
+    tokens; the trace counts each round's steps, candidates and accepted candidates."""
     model = model_of(**SHAPES["rotary-parallel"], n_ctx=16)
     x = np.random.default_rng(5).integers(0, 6, 14)
     i, a, b = 11, 1, 3
@@ -113,8 +114,11 @@ def test_gcg_witness_is_real_and_never_below_its_start():
     assert j == i and np.array_equal(tok[:8], x[:8]) and tok[i] == a2
     ya, yb = last_states(model, tok[None])[0][0], last_states(model, np.where(np.arange(14) == i, b2, tok)[None])[0][0]
     assert abs(dy - np.linalg.norm(ya - yb)) < 1e-12 and dy >= start - 1e-12
-    dy, dp, tok, j, a3, b3 = grad_influence(model, x, i, a, b, window=6, rounds=2, steps=4, batch=16, topk=4)
+    trace = []
+    dy, dp, tok, j, a3, b3 = grad_influence(model, x, i, a, b, window=6, rounds=2, steps=4, batch=16, topk=4,
+                                            trace=trace)
     assert (dy, dp) == pair_movement(model, tok, j, a3, b3) and dy >= start - 1e-12 and tok[j] == a3
+    assert [t[:2] for t in trace] == [(4, 64), (4, 64)] and all(0 <= t[2] <= 4 for t in trace)
 
 
 @pytest.mark.parametrize("name", ["rotary-parallel", "learned-sequential-gelu"])
