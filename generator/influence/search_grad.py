@@ -24,11 +24,11 @@ class TorchWeights:
         W = _weights(model)
         self.c, self.eps, self.scale = W.c, W.eps, W.scale
         self.dtype = torch.float64 if dtype is None else dtype
-        self.t = {k: torch.as_tensor(v, dtype=self.dtype) for k, v in W.t.items()}
-        self.qkv_w = [torch.as_tensor(w, dtype=self.dtype) for w in W.qkv_w]
-        self.qkv_b = [torch.as_tensor(b, dtype=self.dtype) for b in W.qkv_b]
-        self.o_w = [torch.as_tensor(w, dtype=self.dtype) for w in W.o_w]
-        self.theta = torch.as_tensor(W.theta, dtype=torch.float64) if W.c.rotary else None
+        self.t = {k: torch.tensor(v, dtype=self.dtype) for k, v in W.t.items()}
+        self.qkv_w = [torch.tensor(w, dtype=self.dtype) for w in W.qkv_w]
+        self.qkv_b = [torch.tensor(b, dtype=self.dtype) for b in W.qkv_b]
+        self.o_w = [torch.tensor(w, dtype=self.dtype) for w in W.o_w]
+        self.theta = torch.tensor(W.theta, dtype=torch.float64) if W.c.rotary else None
 
 
 def _norm(tw, x, name):

@@ -14,7 +14,8 @@ from tcert.generator.model.forward import as_model
 
 torch = pytest.importorskip("torch")
 from tcert.generator.influence.search_grad import (TorchWeights, final_states, gcg_influence,  # noqa: E402
-                                                   grad_influence, movements, prefix_kv, swap_gains)
+                                                   grad_influence, movements, prefix_kv, relaxed_influence,
+                                                   swap_gains)
 
 SHAPES = {
     "rotary-parallel": dict(rotary=True, parallel=True),
@@ -138,3 +139,45 @@ def test_grad_influence_reaches_the_exhaustive_maximum_on_a_tiny_model(name):
             best = max(best, float(np.linalg.norm(y[index[tuple(r)]] - y[index[tuple(other)]])))
     dy = grad_influence(model, np.zeros(n, dtype=int), i, 0, 1, rounds=3, steps=20, batch=32, topk=5, seed=1)[0]
     assert abs(dy - best) < 1e-9, (dy, best)
+
+
+def test_relaxed_influence_rounds_to_a_real_pair():
+    """relaxed_influence's argmax tokens are a real pair: the movement reported is pair_movement's; started sharp
+    with a near-zero learning rate it keeps the start's tokens, and its relaxed value is then the start's."""
+    model = model_of(**SHAPES["rotary-parallel"])
+    x, i, a, b = np.array([3, 1, 4, 1, 5, 2, 0, 2]), 5, 0, 4
+    dy, tok, j, a2, b2, relaxed = relaxed_influence(model, x, i, a, b, steps=30, lr=0.2, seed=2)
+    assert dy == pair_movement(model, tok, j, a2, b2)[0] and tok[j] == a2
+    dy, tok, j, a2, b2, relaxed = relaxed_influence(model, x, i, a, b, steps=3, lr=1e-9, sharp=40.0,
+                                                    temperatures=(1.0, 1.0), dtype=torch.float64)
+    x[i] = a
+    assert np.array_equal(tok, x) and (a2, b2) == (a, b)
+    assert abs(relaxed - pair_movement(model, x, i, a, b)[0]) < 1e-9
+
+
+def test_benchmark_grad_search_starts_from_a_padded_witness_and_prints_real_movements(tmp_path, capsys):
+    """benchmarks/influence_worst_found.py --search grad with a witness file shorter than n pads it with its first
+    token, and prints a movement equal to pair_movement of the printed witness, at least the padded start's."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.model.files import save_model
+    t, cfg = toy_model(n_layers=2, d_vocab=6, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12, seed=0, scale=0.6,
+                       rotary=True, parallel=True)
+    path = str(tmp_path / "toy.safetensors")
+    save_model(path, t, cfg, dtype="float64")
+    model = load_model(path)
+    (tmp_path / "w.jsonl").write_text(json.dumps(dict(n=6, dy=0.0, tokens=[1, 2, 3, 4, 0, 5], i=4, a=0, b=2)) + "\n")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "influence_worst_found.py"
+    spec = importlib.util.spec_from_file_location("influence_worst_found", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--model", path, "--n", "9", "--search", "grad", "--witness", str(tmp_path / "w.jsonl"),
+                "--rounds", "1", "--steps", "3", "--batch", "8", "--topk", "3"])
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["n"] == 9 and len(r["tokens"]) == 9 and r["i"] == 7
+    assert r["start_dy"] == pair_movement(model, [1, 1, 1, 1, 2, 3, 4, 0, 5], 7, 0, 2)[0]
+    assert r["dy"] == r["recomputed"][0] == pair_movement(model, r["tokens"], r["i"], r["a"], r["b"])[0]
+    assert r["dy"] >= r["start_dy"] and r["gcg"][0][:2] == [3, 24]
