@@ -291,8 +291,9 @@ def grad_influence(model, tokens, i, a, b, window=None, rounds: int = 2, steps: 
     """Refine a pair of inputs (e.g. the witness of `search.strong_influence` or `seeded_influence`; causal
     models): `rounds` times `gcg_influence` over the last `window` positions (None: every position) and then
     the worst pair at i over every token (`search.context_pairs`, float64, the prefix before i reused).
-    `seconds` bounds each GCG run; `trace` as in `gcg_influence`. Returns (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of the largest pair
-    found, both recomputed in float64 by `search.pair_movement` (never below the start's movement)."""
+    `seconds` bounds each GCG run; `trace` as in `gcg_influence`. Returns (||y - y'||_2, ||p - p'||_1, tokens,
+    i, a, b) of the largest pair found, both recomputed in float64 by `search.pair_movement` (never below the
+    start's movement)."""
     import torch
     from tcert.generator.influence.search import context_pairs, pair_movement
     tw = TorchWeights(model, torch.float32 if dtype is None else dtype)

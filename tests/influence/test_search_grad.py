@@ -13,6 +13,7 @@ from tcert.generator.influence.search import last_states, pair_movement
 from tcert.generator.model.forward import as_model
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 from tcert.generator.influence.search_grad import (TorchWeights, final_states, gcg_influence,  # noqa: E402
                                                    grad_influence, movements, prefix_kv, relaxed_influence,
                                                    swap_gains)
