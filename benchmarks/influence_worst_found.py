@@ -98,7 +98,10 @@ def start_witness(model, n, args, pairs):
 def grad_search(model, n, args, pairs):
     """`grad_influence` from `start_witness`: (dy, dp, tokens, i, a, b, the start's movement, per GCG round
     (steps, candidates evaluated, candidates accepted))."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("--search grad needs torch (the 'train' extra)") from None
     from tcert.generator.influence.search_grad import grad_influence
     torch.set_num_threads(1)   # one core: the machine is shared, and two threads under load ran ~5x slower
     tokens, i, a, b = start_witness(model, n, args, pairs)

@@ -216,21 +216,22 @@ def _proposals(G, ga, gb, x, a, b, batch, topk, swaps, rng):
     candidate in ten changes a, one b (to one of the `topk` tokens of ga / gb); one in five changes every position
     holding a repeated token f (a filler) to one of the `topk` tokens whose summed gain over those positions is
     largest; the others change `swaps[c % len]` positions, drawn (alternately) with probability proportional to
-    their best predicted gain or uniformly, each to one of its `topk` best tokens. Positions with G = -inf stay."""
+    their best predicted gain or uniformly, each to one of its `topk` best tokens. Positions with G = -inf stay
+    (all of them: every candidate changes a or b)."""
     s, V = G.shape
     topk = min(topk, V)
     x = np.asarray(x)
     top = np.argpartition(-G, topk - 1, axis=1)[:, :topk]
     live = np.isfinite(G.max(axis=1))
     gain = np.where(live, np.maximum(G.max(axis=1), 0.0), 0.0)
-    uniform = live / live.sum()
+    uniform = live / max(1, live.sum())
     weighted = gain / gain.sum() if gain.sum() > 0 else uniform
     tokens, counts = np.unique(x[live], return_counts=True)
     fillers = tokens[counts > 1]
     tops = [np.argpartition(-g, topk - 1)[:topk] for g in (ga, gb)]
     X, A, B = np.repeat(x[None], batch, 0), np.full(batch, a), np.full(batch, b)
     for c in range(batch):
-        kind = rng.random()
+        kind = rng.random() if live.any() else 0.2 * rng.random()    # no position to change: a or b only
         if kind < 0.1:
             A[c] = tops[0][rng.integers(topk)]
         elif kind < 0.2:

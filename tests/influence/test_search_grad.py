@@ -121,6 +121,8 @@ def test_gcg_witness_is_real_and_never_below_its_start():
                                             trace=trace)
     assert (dy, dp) == pair_movement(model, tok, j, a3, b3) and dy >= start - 1e-12 and tok[j] == a3
     assert [t[:2] for t in trace] == [(4, 64), (4, 64)] and all(0 <= t[2] <= 4 for t in trace)
+    dy, tok, j, a4, b4 = gcg_influence(model, x, i, a, b, positions=[], steps=3, batch=8, topk=6)
+    assert np.array_equal(np.delete(tok, i), np.delete(x, i)) and dy == pair_movement(model, tok, i, a4, b4)[0]
 
 
 @pytest.mark.parametrize("name", ["rotary-parallel", "learned-sequential-gelu"])
