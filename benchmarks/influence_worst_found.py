@@ -8,6 +8,14 @@ One JSON line per n: the movement ||y - y'||_2 and ||p - p'||_1, the witness (to
 the same movement recomputed by the uncached forward pass, and the seconds the search took (seed = n).
 --search seeded: `seeded_influence` from the `--pairs` worst n = 2 pairs of `pair_table` over the `--queries` most
 fragile last tokens (0: every token; the table is computed once, its seconds printed in a first JSON line).
+--search grown: `search_long.grown_influence` from a witness (a JSON line with tokens, i, a, b, as this script
+prints, e.g. benchmarks/witnesses/text3_n256.json): its last --tail tokens behind the best of every filler, then
+--segments runs of the filler region re-filled (--fillers-kept best fillers, --sweeps), then --rounds of `wide_ascent`
+(--depth positions before the change, the window's tokens + --extra random ones) and a new worst pair. --chain:
+each n grows from the previous n's witness.
+
+    python benchmarks/influence_worst_found.py --model text3.safetensors --n 1024 --search grown \
+        --grow-from benchmarks/witnesses/text3_n256.json --tail 34 --depth 32 --rounds 2
 """
 
 import argparse
@@ -17,6 +25,7 @@ import time
 from tcert.checker.modelfile import load_model
 from tcert.generator.influence.search import (fragile_tokens, pair_movement, pair_table, seeded_influence,
                                               strong_influence)
+from tcert.generator.influence.search_long import grown_influence
 
 
 def main(argv=None):
@@ -27,10 +36,18 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=8, help="context positions before the changed one to ascend")
     ap.add_argument("--rounds", type=int, default=2, help="ascent + re-pairing rounds per start")
     ap.add_argument("--offset", type=int, default=2, help="the changed position is n - offset (strong search)")
-    ap.add_argument("--search", choices=("strong", "seeded"), default="strong")
+    ap.add_argument("--search", choices=("strong", "seeded", "grown"), default="strong")
+    ap.add_argument("--grow-from", help="grown: a JSON file whose first line holds the witness (tokens, i, a, b)")
+    ap.add_argument("--tail", type=int, default=16, help="grown: the witness's last positions kept")
+    ap.add_argument("--segments", type=int, default=16, help="grown: runs of the filler region re-filled")
+    ap.add_argument("--sweeps", type=int, default=2, help="grown: sweeps over the runs")
+    ap.add_argument("--extra", type=int, default=32, help="grown: random candidates per position in the ascent")
+    ap.add_argument("--restarts", type=int, default=0, help="grown: runs of the ascent from random positions")
+    ap.add_argument("--chain", action="store_true", help="grown: each n grows from the previous n's witness")
     ap.add_argument("--queries", type=int, default=128, help="seeded: last tokens of the n = 2 table (0: all)")
     ap.add_argument("--pairs", type=int, default=32, help="seeded: n = 2 pairs carried to length n")
     ap.add_argument("--keep", type=int, default=4, help="seeded: best filler inputs that get the ascent")
+    ap.add_argument("--fillers-kept", type=int, default=16, help="grown: best fillers tried per run")
     args = ap.parse_args(argv)
     model = load_model(args.model)
     if args.search == "seeded":
@@ -40,9 +57,27 @@ def main(argv=None):
         dy, q, a, b = table[0]
         print(json.dumps(dict(model=args.model, n=2, dy=dy, q=q, a=a, b=b, seconds=round(time.perf_counter() - start, 1),
                               recomputed=pair_movement(model, [a, q], 0, a, b))), flush=True)
+    if args.search == "grown":
+        with open(args.grow_from) as fh:
+            w = json.loads(fh.readline())
+        grow = [w["tokens"], w["i"], w["a"], w["b"]]
+        print(json.dumps(dict(model=args.model, start=args.grow_from, n=len(grow[0]), i=grow[1], a=grow[2], b=grow[3],
+                              recomputed=pair_movement(model, *grow))), flush=True)
     for n in (int(v) for v in args.n.split(",")):
         start = time.perf_counter()
-        if args.search == "seeded":
+        if args.search == "grown":
+            tokens0, i0, a0, b0 = grow
+            k = min(args.tail, len(tokens0), n - 1)
+            if len(tokens0) - i0 > k:
+                raise SystemExit(f"--tail {k} does not reach the change at {i0} of {len(tokens0)} positions")
+            dy, dp, tokens, i, a, b = grown_influence(model, n, tokens0[-k:], i0 - len(tokens0) + k, a0, b0,
+                                                      keep=args.fillers_kept,
+                                                      segments=args.segments, sweeps=args.sweeps, depth=args.depth,
+                                                      extra=args.extra, rounds=args.rounds,
+                                                      restarts=args.restarts, seed=n)
+            if args.chain:
+                grow = [tokens, i, a, b]
+        elif args.search == "seeded":
             dy, dp, tokens, i, a, b = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth,
                                                        rounds=args.rounds, seed=n)
         else:
@@ -50,6 +85,9 @@ def main(argv=None):
                                                        rounds=args.rounds, seed=n)
         seconds = time.perf_counter() - start
         print(json.dumps(dict(model=args.model, search=args.search, n=n, depth=args.depth, rounds=args.rounds,
+                              **(dict(tail=args.tail, segments=args.segments, sweeps=args.sweeps, extra=args.extra,
+                                      restarts=args.restarts, fillers_kept=args.fillers_kept)
+                                 if args.search == "grown" else {}),
                               seed=n, dy=dy, dp=dp,
                               i=i, a=a, b=b, seconds=round(seconds, 1),
                               recomputed=pair_movement(model, tokens, i, a, b),
