@@ -9,8 +9,8 @@ import pytest
 
 from tcert.generator.influence import toy_model
 from tcert.generator.influence.search import last_states, pair_movement
-from tcert.generator.influence.search_long import (grown_influence, last_row_weights, segment_fillers, tail_scan,
-                                                   wide_ascent)
+from tcert.generator.influence.search_long import (block0_reach, block0_weight_caps, grown_influence,
+                                                   last_row_weights, segment_fillers, tail_scan, wide_ascent)
 from tcert.generator.model.forward import _ln, _weights, as_model
 
 
@@ -108,7 +108,7 @@ def test_last_row_weights_are_the_attention_pattern():
     computed here from the W_Q / W_K tensors (a model without rotation)."""
     model = model_of(rotary=False, parallel=False, nope=True)
     x = np.array([3, 1, 4, 1, 5, 2, 6])
-    w = np.stack([last_row_weights(model, x, p) for p in range(7)], axis=-1)   # (L, H, n)
+    w = last_row_weights(model, x)   # (L, H, n)
     assert w.shape == (2, 2, 7) and np.allclose(w.sum(-1), 1, rtol=0, atol=1e-12)
     W, t = _weights(model), model_of(rotary=False, parallel=False, nope=True)
     u = _ln(W, W.t["embed.W_E"][x], "blocks.0.ln1")
@@ -117,3 +117,30 @@ def test_last_row_weights_are_the_attention_pattern():
         k = u @ W.t["blocks.0.attn.W_K"][h] + W.t["blocks.0.attn.b_K"][h]
         s = k @ q / 2.0
         assert np.allclose(w[0, h], np.exp(s - s.max()) / np.exp(s - s.max()).sum(), rtol=0, atol=1e-12)
+
+
+def test_block0_weight_caps_are_the_brute_force_maxima_and_bound_the_moves():
+    """On a 4-token rotary model at n = 2..5 the cap is the largest block-0 weight the last row gives one
+    position over every input ending in q (each input through `last_row_weights`); `block0_reach` is the caps
+    times each head's value diameter (from the W_V, W_O tensors here) and at least every block-0 attention move
+    of the last row over every single change (brute force)."""
+    from tcert.generator.model.forward import _attention
+    model = model_of(d_vocab=4, parallel=True)
+    caps = block0_weight_caps(model, [2, 3, 5], queries=[0, 3])
+    reach = block0_reach(model, [2, 3, 5], queries=[0, 3])
+    W = _weights(model)
+    for col, n in enumerate((2, 3, 5)):
+        for row, q in enumerate((0, 3)):
+            inputs = [list(c) + [q] for c in itertools.product(range(4), repeat=n - 1)]
+            best = np.max([last_row_weights(model, x)[0, :, :n - 1].max(axis=1) for x in inputs], axis=0)
+            assert np.allclose(caps[row, col], best, rtol=1e-12, atol=0), (n, q)
+            out = {tuple(x): _attention(W, 0, _ln(W, W.t["embed.W_E"][np.array(x)][None], "blocks.0.ln1"),
+                                        n - 1)[0, 0] for x in inputs}
+            moves = [np.linalg.norm(out[tuple(x)] - out[tuple(x[:p] + [t] + x[p + 1:])])
+                     for x in inputs for p in range(n - 1) for t in range(4)]
+            assert max(moves) <= reach[row, col] + 1e-12
+    t = W.t
+    u = _ln(W, t["embed.W_E"], "blocks.0.ln1")
+    diam = [max(np.linalg.norm(((u[x] - u[y]) @ t["blocks.0.attn.W_V"][h]) @ t["blocks.0.attn.W_O"][h])
+                for x in range(4) for y in range(4)) for h in range(2)]
+    assert np.allclose(reach, caps @ np.array(diam), rtol=1e-12, atol=0)
