@@ -10,7 +10,8 @@ import pytest
 from tcert.generator.influence import toy_model
 from tcert.generator.influence.search import last_states, pair_movement
 from tcert.generator.influence.search_long import (block0_reach, block0_weight_caps, grown_influence,
-                                                   last_row_weights, segment_fillers, tail_scan, wide_ascent)
+                                                   last_row_weights, polish_influence, reach_context, segment_fillers,
+                                                   tail_scan, wide_ascent)
 from tcert.generator.model.forward import _ln, _weights, as_model
 
 
@@ -44,8 +45,9 @@ def test_tail_scan_is_the_uncached_movement_behind_every_filler():
 
 def test_segment_fillers_is_real_never_falls_and_leaves_no_better_run():
     """The value is the witness's uncached movement, at least the start's; positions from `end` on are
-    untouched; with one-position runs and every token as candidate, position 0 (visited last) holds a best
-    token given the others, and every run holds either its start or one candidate."""
+    untouched; one run over the whole region takes the best single filler; with one-position runs and every
+    token as candidate, position 0 (visited last) holds a best token given the others, and every run holds
+    either its start or one candidate."""
     model = model_of()
     x = np.array([2, 2, 2, 2, 2, 2, 4, 1, 3, 5])
     i, a, b, end = 8, 0, 6, 6
@@ -57,6 +59,9 @@ def test_segment_fillers_is_real_never_falls_and_leaves_no_better_run():
         other = tok.copy()
         other[0] = t
         assert moved(model, other, i, a, b) <= val + 1e-12
+    val1, tok1 = segment_fillers(model, x, i, a, b, end, segments=1, candidates=range(8), sweeps=1)
+    fills = [moved(model, np.r_[[f] * end, x[end:]], i, a, b) for f in range(8)]
+    assert abs(val1 - max([start] + fills)) < 1e-12 and tok1[0] == int(np.argmax(fills))
     val3, tok3 = segment_fillers(model, x, i, a, b, end, segments=3, candidates=[5, 7], sweeps=2)
     assert abs(val3 - moved(model, tok3, i, a, b)) < 1e-12 and val3 >= start - 1e-12
     for lo in (0, 2, 4):
@@ -144,3 +149,36 @@ def test_block0_weight_caps_are_the_brute_force_maxima_and_bound_the_moves():
     diam = [max(np.linalg.norm(((u[x] - u[y]) @ t["blocks.0.attn.W_V"][h]) @ t["blocks.0.attn.W_O"][h])
                 for x in range(4) for y in range(4)) for h in range(2)]
     assert np.allclose(reach, caps @ np.array(diam), rtol=1e-12, atol=0)
+
+
+def test_polish_is_real_never_falls_and_reaches_the_exhaustive_worst_change():
+    """polish_influence's witness recomputes to its figures and is never below the start; on the 6-token model at
+    n = 4 it reaches the brute-force worst change at position 2 with perturbed restarts, from a poor start."""
+    model = model_of(d_vocab=6)
+    x = np.array([0, 0, 0, 0])
+    start = moved(model, x, 2, 0, 1)
+    rows = np.array([[c0, c1, t, c3] for c0, c1, c3 in itertools.product(range(6), repeat=3) for t in range(6)])
+    y, _ = last_states(model, rows)
+    y = y.reshape(216, 6, -1)
+    truth = max(float(np.linalg.norm(y[:, u] - y[:, v], axis=1).max()) for u, v in itertools.combinations(range(6), 2))
+    dy, dp, tok, i, a, b = polish_influence(model, x, 2, 0, 1, extra=6, rounds=1, restarts=0)
+    assert dy >= start - 1e-12 and np.allclose((dy, dp), pair_movement(model, tok, i, a, b), rtol=0, atol=1e-12)
+    found = polish_influence(model, x, 2, 2, 3, extra=6, rounds=2, restarts=16, perturb=0.7)   # no restarts: 12.45
+    assert abs(found[0] - truth) < 1e-12 and abs(found[0] - pair_movement(model, *found[2:])[0]) < 1e-12
+
+
+def test_reach_context_gives_the_change_the_most_weight_with_one_head():
+    """With one head reach_context's input (ending in q, q's highest-scoring token at n - 2) gives position n - 2
+    the largest block-0 weight in the last row over every input of length 5 with those two tokens (brute force),
+    and with two heads it still ends in q."""
+    t, cfg = toy_model(n_layers=2, d_vocab=6, d_model=8, n_heads=1, d_head=8, d_mlp=16, n_ctx=12, seed=2,
+                       scale=0.6, rotary=True, parallel=True)
+    model = as_model(t, cfg)
+    for q in range(6):
+        tok = reach_context(model, 5, q)
+        assert len(tok) == 5 and tok[-1] == q
+        w = last_row_weights(model, tok)[0, 0, 3]
+        others = [last_row_weights(model, list(c[:3]) + [tok[3], q])[0, 0, 3]
+                  for c in itertools.product(range(6), repeat=3)]
+        assert w >= max(others) - 1e-12, (q, w, max(others))
+    assert all(reach_context(model_of(d_vocab=6), 5, q)[-1] == q for q in range(6))
