@@ -1,7 +1,8 @@
 """Why the worst single-token change found falls with n on the causal text models (docs/influence.md, "Long
 inputs: what limits the search"): three float64 measurements, one JSON line each.
 
-    python benchmarks/influence_long_probe.py --model /tmp/h_models/text3.safetensors --vocab /tmp/h_models/text3.vocab.txt
+    python benchmarks/influence_long_probe.py --model /tmp/h_models/text3.safetensors \
+        --vocab /tmp/h_models/text3.vocab.txt
 
 sink: on held-out text (the 'lee' sentences, concatenated and cut to n) the last row's attention weight on
 position 0 per block (largest over heads) against 1/n, and the largest weight of that row on any position.
@@ -57,7 +58,8 @@ def main(argv=None):
     reach = block0_reach(model, [2] + lengths, caps=caps)
     for col, n in enumerate([2] + lengths):
         q = int(np.argmax(reach[:, col]))
-        print(json.dumps(dict(probe="block0", n=n, max_weight_per_head=[round(float(x), 4) for x in caps[:, col].max(axis=0)],
+        heads = [round(float(x), 4) for x in caps[:, col].max(axis=0)]
+        print(json.dumps(dict(probe="block0", n=n, max_weight_per_head=heads,
                               reach_max=round(float(reach[q, col]), 3), q=q,
                               reach_median=round(float(np.median(reach[:, col])), 3),
                               reach_fragile16=round(float(reach[fragile, col].max()), 3),
