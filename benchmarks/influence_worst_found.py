@@ -14,6 +14,17 @@ of length n: the longest shorter one, its first token repeated in front), or wit
 (strong or seeded, run first; its seconds are included):
 
     python benchmarks/influence_worst_found.py --model text2.safetensors --n 64 --search grad --witness strong2.jsonl
+--search grown: `search_long.grown_influence` from a witness (a JSON line with tokens, i, a, b, as this script
+prints, e.g. benchmarks/witnesses/text3_n256.json): its last --tail tokens behind the best of every filler, then
+--segments runs of the filler region re-filled (--fillers-kept best fillers, --sweeps), then --rounds of `wide_ascent`
+(--depth positions before the change, the window's tokens + --extra random ones) and a new worst pair. --chain:
+each n grows from the previous n's witness.
+--search polish: `search_long.polish_influence` at the witness's own length: --rounds of `wide_ascent` over every
+position (the window's tokens + --extra random ones; >= d_vocab: every token) and a new worst pair, then
+--restarts from the best with a --perturb fraction of positions redrawn.
+
+    python benchmarks/influence_worst_found.py --model text3.safetensors --n 1024 --search grown \
+        --grow-from benchmarks/witnesses/text3_n256.json --tail 34 --depth 32 --rounds 2
 """
 
 import argparse
@@ -23,6 +34,7 @@ import time
 from tcert.checker.modelfile import load_model
 from tcert.generator.influence.search import (fragile_tokens, pair_movement, pair_table, seeded_influence,
                                               strong_influence)
+from tcert.generator.influence.search_long import grown_influence, polish_influence
 
 
 def main(argv=None):
@@ -33,7 +45,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=8, help="context positions before the changed one to ascend")
     ap.add_argument("--rounds", type=int, default=2, help="ascent + re-pairing rounds per start")
     ap.add_argument("--offset", type=int, default=2, help="the changed position is n - offset (strong search)")
-    ap.add_argument("--search", choices=("strong", "seeded", "grad"), default="strong")
+    ap.add_argument("--search", choices=("strong", "seeded", "grad", "grown", "polish"), default="strong")
     ap.add_argument("--witness", help="grad: JSON lines of earlier runs; the largest witness of each n is the start")
     ap.add_argument("--start", choices=("strong", "seeded"), default="strong", help="grad: search run for a start")
     ap.add_argument("--window", type=int, default=0, help="grad: positions changed, counted from the end (0: all)")
@@ -41,9 +53,19 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64, help="grad: candidates evaluated per GCG step")
     ap.add_argument("--topk", type=int, default=32, help="grad: tokens proposed per position")
     ap.add_argument("--seconds", type=float, default=None, help="grad: time limit of each GCG round")
+    ap.add_argument("--grow-from", help="grown, polish: a JSON file whose first line holds the witness (tokens, i, "
+                    "a, b)")
+    ap.add_argument("--tail", type=int, default=16, help="grown: the witness's last positions kept")
+    ap.add_argument("--segments", type=int, default=16, help="grown: runs of the filler region re-filled")
+    ap.add_argument("--sweeps", type=int, default=2, help="grown: sweeps over the runs")
+    ap.add_argument("--extra", type=int, default=32, help="grown: random candidates per position in the ascent")
+    ap.add_argument("--restarts", type=int, default=0, help="grown, polish: runs of the ascent from random positions")
+    ap.add_argument("--perturb", type=float, default=0.25, help="polish: fraction of positions redrawn per restart")
+    ap.add_argument("--chain", action="store_true", help="grown: each n grows from the previous n's witness")
     ap.add_argument("--queries", type=int, default=128, help="seeded: last tokens of the n = 2 table (0: all)")
     ap.add_argument("--pairs", type=int, default=32, help="seeded: n = 2 pairs carried to length n")
     ap.add_argument("--keep", type=int, default=4, help="seeded: best filler inputs that get the ascent")
+    ap.add_argument("--fillers-kept", type=int, default=16, help="grown: best fillers tried per run")
     args = ap.parse_args(argv)
     model = load_model(args.model)
     pairs = None
@@ -54,10 +76,33 @@ def main(argv=None):
         dy, q, a, b = table[0]
         print(json.dumps(dict(model=args.model, n=2, dy=dy, q=q, a=a, b=b, seconds=round(time.perf_counter() - start, 1),
                               recomputed=pair_movement(model, [a, q], 0, a, b))), flush=True)
+    if args.search in ("grown", "polish"):
+        with open(args.grow_from) as fh:
+            w = json.loads(fh.readline())
+        grow = [w["tokens"], w["i"], w["a"], w["b"]]
+        print(json.dumps(dict(model=args.model, start=args.grow_from, n=len(grow[0]), i=grow[1], a=grow[2], b=grow[3],
+                              recomputed=pair_movement(model, *grow))), flush=True)
     for n in (int(v) for v in args.n.split(",")):
         start = time.perf_counter()
         if args.search == "grad":
             dy, dp, tokens, i, a, b, begin, trace = grad_search(model, n, args, pairs)
+        elif args.search == "polish":
+            if n != len(grow[0]):
+                raise SystemExit(f"polish works at the witness's length {len(grow[0])}, not n = {n}")
+            dy, dp, tokens, i, a, b = polish_influence(model, *grow, extra=args.extra, rounds=args.rounds,
+                                                       restarts=args.restarts, perturb=args.perturb, seed=n)
+        elif args.search == "grown":
+            tokens0, i0, a0, b0 = grow
+            k = min(args.tail, len(tokens0), n - 1)
+            if len(tokens0) - i0 > k:
+                raise SystemExit(f"--tail {k} does not reach the change at {i0} of {len(tokens0)} positions")
+            dy, dp, tokens, i, a, b = grown_influence(model, n, tokens0[-k:], i0 - len(tokens0) + k, a0, b0,
+                                                      keep=args.fillers_kept,
+                                                      segments=args.segments, sweeps=args.sweeps, depth=args.depth,
+                                                      extra=args.extra, rounds=args.rounds,
+                                                      restarts=args.restarts, seed=n)
+            if args.chain:
+                grow = [tokens, i, a, b]
         elif args.search == "seeded":
             dy, dp, tokens, i, a, b = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth,
                                                        rounds=args.rounds, seed=n)
@@ -68,6 +113,11 @@ def main(argv=None):
         extra = {} if args.search != "grad" else dict(start_dy=begin, window=args.window, steps=args.steps,
                                                       batch=args.batch, topk=args.topk, gcg=trace)
         print(json.dumps(dict(model=args.model, search=args.search, n=n, depth=args.depth, rounds=args.rounds,
+                              **(dict(tail=args.tail, segments=args.segments, sweeps=args.sweeps, extra=args.extra,
+                                      restarts=args.restarts, fillers_kept=args.fillers_kept)
+                                 if args.search == "grown" else {}),
+                              **(dict(extra=args.extra, restarts=args.restarts, perturb=args.perturb)
+                                 if args.search == "polish" else {}),
                               seed=n, dy=dy, dp=dp, **extra,
                               i=i, a=a, b=b, seconds=round(seconds, 1),
                               recomputed=pair_movement(model, tokens, i, a, b),

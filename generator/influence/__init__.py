@@ -10,6 +10,8 @@ estimate would have to repeat that work (the checker's time is the generator's t
   corollary.py  corollary_certificate: the largest R the checker's movement bound allows on one input
   search.py     adversarial_influence: the worst influence a search finds (tightness, tests); strong_influence:
                 the causal search with prefix key/value reuse (prefix_cache, suffix_states, context_ascent)
+  search_long.py  long-input searches on that cache (grown_influence, polish_influence, segment_fillers) and
+                the measurements of why the worst change falls with n (block0_weight_caps, last_row_weights)
   models.py     toy_model, robust_toy_model, write_examples (the shipped certificates/influence/)
   cli.py        `tcert influence` and the demo section
 """
