@@ -21,7 +21,7 @@ from tcert.checker.obligations import Obligations
 from tcert.checker.numbers import show
 
 PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 0.5    # seconds
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8   # glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 32 << 20                    # glibc's largest mmap threshold on 64-bit (its dynamic ceiling)
 TRIM_THRESHOLD = 1 << 30
 
@@ -39,8 +39,7 @@ def keep_freed_memory() -> bool:
             return False
         import ctypes     # already imported by numpy: no extra start-up time
         libc = ctypes.CDLL(None)
-        return (bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) & bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-                & bool(libc.mallopt(M_ARENA_MAX, 1)))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) & bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     except (AttributeError, OSError, ValueError, TypeError):
         return False
 

@@ -14,13 +14,11 @@ and rotary embeddings (`layer_norm`, `mlp`, `rotate`, ...), which they apply to 
 """
 
 import math
-from concurrent.futures import Future
 from fractions import Fraction
 
 import numpy as np
 
-from tcert.checker import background, exact_backend, operator_norms
-from tcert.checker.exact_backend import bits_for, sum_cut
+from tcert.checker import operator_norms
 from tcert.checker.error_balls import (Rows, add, enclosures, exact_affine, exact_normalise, exact_rows, fine_heads, gated, head_output, head_outputs,
                                        heads_output, linear, linear_heads, nonlinear, normalise, rotate_rows, rotation, rotation_cuts, rotation_rows,
                                        exact_rotate, softmax, stack, take)
@@ -49,8 +47,6 @@ class Weights:
     def _cached(self, key, make):
         if key not in self.cache:
             self.cache[key] = make()
-        elif isinstance(self.cache[key], Future):    # being made by `prefetch`: wait for it
-            self.cache[key] = self.cache[key].result() or make()
         return self.cache[key]
 
     def release(self, prefix: str) -> None:
@@ -78,14 +74,12 @@ class Weights:
     def affine(self, name: str, bias: str, concat: bool = False) -> IMat:
         """[W; b] as one point matrix: tensor `name` (per-head tensors side by side with `concat`) with the
         bias `bias` as its last row, for the exact layer's x W + b (`error_balls.exact_affine`)."""
-        return self._cached((name, "affine", bias), lambda: self._make_affine(name, bias, concat))
-
-    def _make_affine(self, name: str, bias: str, concat: bool) -> IMat:
-        """`affine`'s matrix, made (no cache)."""
-        t = self.model.tensors[name]
-        w = np.concatenate(list(t), axis=1) if concat else np.asarray(t)
-        b = np.asarray(self.model.tensors[bias]).reshape(1, -1)
-        return self.B.array(np.vstack([w.astype(np.float64), b.astype(np.float64)]))
+        def make():
+            t = self.model.tensors[name]
+            w = np.concatenate(list(t), axis=1) if concat else np.asarray(t)
+            b = np.asarray(self.model.tensors[bias]).reshape(1, -1)
+            return self.B.array(np.vstack([w.astype(np.float64), b.astype(np.float64)]))
+        return self._cached((name, "affine", bias), make)
 
     def vec(self, name: str, head: int | None = None) -> list:
         """A bias or LN vector as a list of interval scalars."""
@@ -101,67 +95,13 @@ class Weights:
         or for per-head tensors the heads stacked (W_O) or side by side (W_Q, W_K, W_V)."""
         key = ("norm", name, head, self.squarings)
         if key not in self.norms:
-            self.norms[key] = self._norm(name, head)
-        elif isinstance(self.norms[key], Future):    # started by `prefetch`: wait for the same function
-            self.norms[key] = self.norms[key].result()
+            t = np.asarray(self.model.tensors[name])
+            if head is not None:
+                t = t[head]
+            elif t.ndim == 3:
+                t = np.concatenate(list(t), axis=0 if name.endswith("W_O") else 1)
+            self.norms[key] = operator_norms.operator_norm(t, self.squarings)
         return self.norms[key]
-
-    def _norm(self, name: str, head: int | None) -> Fraction:
-        """`norm`'s value, computed (no cache)."""
-        t = np.asarray(self.model.tensors[name])
-        if head is not None:
-            t = t[head]
-        elif t.ndim == 3:
-            t = np.concatenate(list(t), axis=0 if name.endswith("W_O") else 1)
-        return operator_norms.operator_norm(t, self.squarings)
-
-    def prefetch(self, layer: int) -> None:
-        """Start on a second thread (`background.later`) what block `layer`'s pass will ask of these Weights that
-        depends on the weights alone: the spectral norms of W_O and the MLP's matrices and, where the exact layer
-        is on, the projections' matrices with their exact cuts (`exact_backend.sum_cut`, kept in the matrix);
-        `norm` and the matrix getters wait for them. Speed only: the same functions, the same values."""
-        p, t, jobs = f"blocks.{layer}.", self.model.tensors, []
-        for name in ("attn.W_O", "mlp.W_in", "mlp.W_gate", "mlp.W_out"):
-            key = ("norm", p + name, None, self.squarings)
-            if p + name in t and key not in self.norms:
-                jobs.append((self.norms, key, self._norm, (p + name, None)))
-        if self.B.exact and self.B.prec <= EXACT_MAX_PREC:
-            for m, b in (("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V"), ("_W_K", "_b_K"), ("_W_V", "_b_V")):
-                if p + "attn." + m in t:
-                    jobs.append((self.cache, (p + "attn." + m, "affine", p + "attn." + b), self._cut_affine,
-                                 (p + "attn." + m, p + "attn." + b)))
-            jobs += [(self.cache, (p + "attn.W_O", "stacked"), self._cut_stacked, (p + "attn.W_O",))]
-            jobs += [(self.cache, (p + m, None), self._cut_mat, (p + m,)) for m in ("mlp.W_in", "mlp.W_gate", "mlp.W_out")
-                     if p + m in t]
-        jobs = [j for j in jobs if j[1] not in j[0]]
-        for (store, key, _, _), future in zip(jobs, background.later([(fn, args) for _, _, fn, args in jobs])):
-            store[key] = future
-
-    def _cut_affine(self, name: str, bias: str) -> IMat | None:
-        """`affine(name, bias, True)` with its exact cut made (`prefetch`; None: see `_with_cut`)."""
-        t, b = self.model.tensors[name], self.model.tensors[bias]
-        return self._with_cut(np.vstack([np.concatenate(list(t), axis=1).astype(np.float64),
-                                         np.asarray(b).reshape(1, -1).astype(np.float64)]))
-
-    def _cut_stacked(self, name: str) -> IMat | None:
-        """`heads_stacked(name)` with its exact cut made (`prefetch`; None: see `_with_cut`)."""
-        return self._with_cut(np.concatenate(list(self.model.tensors[name]), axis=0))
-
-    def _cut_mat(self, name: str) -> IMat | None:
-        """`mat(name)` with its exact cut made (`prefetch`; None: see `_with_cut`)."""
-        return self._with_cut(np.asarray(self.model.tensors[name]))
-
-    def _with_cut(self, a) -> IMat | None:
-        """`B.array(a)` of a float weight matrix, with the exact layer's cut as a right factor made and kept in it
-        (`exact_backend.sum_cut`), by numpy alone: this runs on `prefetch`'s thread, which must not call a backend
-        primitive (python-flint's precision is one process-wide value, which primitives set and restore). None
-        where `array` would not hold the matrix as its float64 ends; the caller then makes it."""
-        ends = exact_backend.point_ends(a) if a.dtype in (np.float16, np.float32, np.float64) else None
-        if ends is None:
-            return None
-        m = IMat(self.B, None, a.shape, ends)
-        sum_cut(m, bits_for(a.shape[0]))
-        return m
 
     def col_norms(self, name: str) -> list:
         """Exact rationals >= the l2 norm of each column of matrix `name`."""
@@ -506,7 +446,6 @@ def final_state(B: Backend, model, tokens: list, W: Weights | None = None) -> Ro
     X = embed(B, W, cfg, rows)
     angles = Rotary(B, cfg, n) if cfg.rotary else None
     for layer in range(cfg.n_layers):
-        W.prefetch(layer)
         X = block(B, W, cfg, layer, X, [n - 1] if layer == cfg.n_layers - 1 else list(range(n)), angles,
                   where if layer == 0 else None)
         if cfg.n_layers > 1:      # one block's weights at a time (a one-layer model's are reused by its kind)

@@ -9,10 +9,7 @@ weights are refused, and nothing is ever unpickled. Any problem raises `BadInput
 import hashlib
 import json
 import math
-import os
-import queue
 import re
-import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -22,7 +19,6 @@ from tcert.checker.errors import BadInput
 from tcert.checker.numbers import show
 
 MAX_MODEL_BYTES = 8 << 30
-READ_CHUNK = 8 << 20        # bytes per read handed to the hashing thread (bounds nothing: the buffer is the file)
 MAX_HEADER_BYTES = 16 << 20
 MAX_TENSORS = 4096
 MAX_DIM = 1 << 22
@@ -287,7 +283,7 @@ def _read_header(data: bytes):
         raise BadInput(f"model file: header length {show(n)} exceeds the file ({show(len(data) - 8)} bytes after "
                        f"it) or the {MAX_HEADER_BYTES}-byte limit")
     try:
-        header = json.loads(bytes(data[8:8 + n]).decode("utf-8"), object_pairs_hook=_no_duplicates)
+        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise BadInput(f"model file: header is not valid JSON ({type(e).__name__})") from None
     if not isinstance(header, dict):
@@ -308,52 +304,19 @@ def load_model(path: str) -> Model:
     """Read, hash and validate the model file at `path`; raise BadInput on any defect."""
     try:
         with open(path, "rb") as f:
-            data, sha = read_hashed(f, MAX_MODEL_BYTES + 1)
+            data = f.read(MAX_MODEL_BYTES + 1)
     except OSError as e:
         raise BadInput(f"model file: cannot read {path}: {e.strerror}") from None
     if len(data) > MAX_MODEL_BYTES:
         raise BadInput(f"model file: larger than {MAX_MODEL_BYTES} bytes")
-    model = parse_model_bytes(data, sha)
+    model = parse_model_bytes(data)
     model.path = path
     return model
 
 
-def read_hashed(f, limit: int) -> tuple:
-    """(data, sha): the first `limit` bytes of the open binary file f (all of it when shorter), read-only, and
-    the SHA-256 hex digest of exactly those bytes. The same as f.read(limit) and hashlib.sha256 of it, in about
-    the time of the slower of the two: a second thread hashes each chunk once the read has filled it (file reads
-    and hashlib both release the GIL), and no byte is written after it is handed to the hash."""
-    size = min(os.fstat(f.fileno()).st_size, limit)     # a hint only: a file that grew is read on to EOF below
-    buf, got, h, chunks = bytearray(size), 0, hashlib.sha256(), queue.SimpleQueue()
-    view = memoryview(buf)
-    worker = threading.Thread(target=_hash_chunks, args=(h, chunks), daemon=True)
-    worker.start()
-    try:
-        while got < size:
-            n = f.readinto(view[got:got + READ_CHUNK])
-            if not n:
-                break
-            chunks.put(view[got:got + n])
-            got += n
-        tail = f.read(limit - got) if got == size else b""     # past the size hint (a growing file, a pipe)
-        chunks.put(tail)
-    finally:
-        chunks.put(None)
-        worker.join()
-    data = view[:got] if not tail else bytes(view[:got]) + tail
-    return (data.toreadonly() if isinstance(data, memoryview) else data), h.hexdigest()
-
-
-def _hash_chunks(h, chunks):
-    """Feed the hash h every chunk put on the queue, in order, until None."""
-    while (chunk := chunks.get()) is not None:
-        h.update(chunk)
-
-
-def parse_model_bytes(data, sha: str | None = None) -> Model:
-    """Validate the bytes of a model file (bytes or a read-only memoryview; `sha` their SHA-256 when already
-    known) and return the Model they describe."""
-    sha = sha or hashlib.sha256(data).hexdigest()
+def parse_model_bytes(data: bytes) -> Model:
+    """Validate the bytes of a model file and return the Model they describe."""
+    sha = hashlib.sha256(data).hexdigest()
     header, start = _read_header(data)
     meta = header.pop("__metadata__", {})
     config = parse_config(_config_object(meta))

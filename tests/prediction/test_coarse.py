@@ -12,8 +12,6 @@ at 48 bits goes on to the ladder.
 
 from fractions import Fraction
 
-import numpy as np
-
 import pytest
 
 from tcert.checker.errors import Rejected
@@ -137,52 +135,3 @@ def test_coarse_norms_are_their_own_tier_and_a_claim_only_full_norms_prove_goes_
     assert P.coarse_gap(B, model, TOKENS, k, lo48_full, Weights(B, model)) is None
     gap = P.certify_gap(B, model, TOKENS, k, lo48_full)
     assert gap.prec == 64 and gap.lower >= lo48_full and gap.stop == ""
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_prefetched_norms_are_the_norms_of_their_tier(tiny, name, monkeypatch):
-    """`prefetch` (a second thread) gives each tier exactly `operator_norm` of its own chain length, and
-    an error inside the thread reaches the caller of `norm` (a thread computing with another chain length than its
-    Weights', or one that swallowed its error, would fail here)."""
-    model = tiny[name]
-    tensors = [t for t in ("blocks.0.mlp.W_in", "blocks.0.mlp.W_out", "blocks.0.attn.W_O") if t in model.tensors]
-    full = Weights(make_backend("flint"), model)
-    cheap = Weights(make_backend("flint", COARSE_PREC), model, full.norms, COARSE_SQUARINGS)
-    for W in (cheap, full):
-        W.prefetch(0)
-    for W in (full, cheap):
-        for tensor in tensors:
-            whole = model.tensors[tensor]
-            whole = np.concatenate(list(whole), axis=0) if whole.ndim == 3 else whole
-            assert W.norm(tensor) == N.operator_norm(whole, W.squarings)
-    broken = Weights(make_backend("flint"), model)
-    monkeypatch.setattr(N, "operator_norm", lambda *a: (_ for _ in ()).throw(ArithmeticError("operator norms: test")))
-    broken.prefetch(0)
-    with pytest.raises(ArithmeticError, match="test"):
-        broken.norm(tensors[0])
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_prefetched_matrices_and_cuts_are_the_inline_ones(tiny, name):
-    """The matrices `prefetch` makes on its thread (the projections [W; b], W_O stacked, the MLP's) hold the same
-    float64 ends as the getters make inline and carry the same exact cut (digits, lines, scales), so a product
-    with them is the inline product."""
-    from tcert.checker.exact_backend import bits_for, sum_cut
-    model = tiny[name]
-    p = "blocks.0."
-    W, plain = Weights(make_backend("flint"), model), Weights(make_backend("flint"), model)
-    W.prefetch(0)
-    pairs = [(lambda V, m=m, b=b: V.affine(p + "attn." + m, p + "attn." + b, True))
-             for m, b in (("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V"), ("_W_K", "_b_K"), ("_W_V", "_b_V"))
-             if p + "attn." + m in model.tensors]
-    pairs += [lambda V: V.heads_stacked(p + "attn.W_O")]
-    pairs += [(lambda V, m=m: V.mat(p + m)) for m in ("mlp.W_in", "mlp.W_gate", "mlp.W_out") if p + m in model.tensors]
-    for get in pairs:
-        a, b = get(W), get(plain)
-        key = ("whole", bits_for(b.shape[0]), False, False)
-        assert key in a.cuts and a.shape == b.shape
-        assert all(np.array_equal(x, y) for x, y in zip(a.ends[0], b.ends[0])) and a.ends[0] is a.ends[1]
-        fresh = sum_cut(b, bits_for(b.shape[0]))
-        cut = a.cuts[key]
-        assert len(cut.digits) == len(fresh.digits) and all(np.array_equal(x, y) for x, y in zip(cut.digits, fresh.digits))
-        assert np.array_equal(cut.scale, fresh.scale)

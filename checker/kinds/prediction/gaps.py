@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tcert.checker import background, exact_backend
+from tcert.checker import exact_backend
 from tcert.checker.exact_products import Slices, _require, bits_for, cut_rows, exact_matrix
 from tcert.checker.exact_rounding import row_integers
 from tcert.checker.interval import EXACT_MAX_PREC
@@ -154,12 +154,11 @@ def exact_columns(parts, w, cols: list, bias, e):
 
 def screened_centre(parts, w, bits: int):
     """(v, exp, tops): the exact c . w^_j = v_j 2^exp for W_U's first digit w^ on each column's scale 2^tops_j
-    (`top_digit`), by blocks of SCREEN_BLOCK columns (cache-sized float64 copies, not one of all of W_U; each
-    block's cut made on a second thread while the previous one is multiplied: `background.ahead`), each block's
-    integers put on the least power of two of all blocks (`_on`: exact)."""
+    (`top_digit`), by blocks of SCREEN_BLOCK columns (cache-sized float64 copies, not one of all of W_U), each
+    block's integers put on the least power of two of all blocks (`_on`: exact)."""
     vals, exps, tops = [], [], []
-    blocks = [w[:, start:start + SCREEN_BLOCK] for start in range(0, w.shape[1], SCREEN_BLOCK)]
-    for cut, t in background.ahead(lambda block: top_digit(block, bits), blocks):    # cut on a second thread
+    for start in range(0, w.shape[1], SCREEN_BLOCK):
+        cut, t = top_digit(w[:, start:start + SCREEN_BLOCK], bits)
         v, e = row_integers(exact_backend.parts_times_point(parts, cut))
         vals, exps, tops = vals + [v], exps + [e], tops + [t]
     low = min(exps, default=0)
