@@ -124,17 +124,7 @@ def grown_influence(model, n: int, tail, j: int, a: int, b: int, fillers=None, k
         _, tokens = segment_fillers(model, tokens, i, a, b, n - k, segments, fill[order[:keep]], sweeps)
     positions = [n - 1] + list(range(i + 1, n - 1)) + list(range(i - 1, max(-1, i - 1 - depth), -1))
     best = (*pair_movement(model, tokens, i, a, b), tokens.copy(), i, a, b)
-    for s in range(restarts + 1):
-        if s:
-            tokens, a, b = best[2].copy(), best[4], best[5]
-            tokens[positions] = rng.integers(0, V, len(positions))
-        for r in range(rounds):
-            _, tokens = wide_ascent(model, tokens, i, a, b, positions, extra, 1, seed + s * rounds + r, chunk)
-            dy, dp, a, b = context_pairs(model, tokens, i, np.arange(V), chunk=chunk)
-            tokens[i] = a
-            if dy > best[0]:
-                best = (dy, dp, tokens.copy(), i, a, b)
-    return best
+    return _restarted_ascent(model, best, positions, lambda rng: positions, rounds, extra, restarts, seed, chunk, rng)
 
 
 def polish_influence(model, tokens, i: int, a: int, b: int, positions=None, extra: int = 32, rounds: int = 2,
@@ -145,7 +135,6 @@ def polish_influence(model, tokens, i: int, a: int, b: int, positions=None, extr
     `perturb` fraction of those positions redrawn. Returns (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of the
     largest found, never below the start's."""
     rng = np.random.default_rng(seed)
-    V = model.config.d_vocab
     tokens = np.array(tokens, dtype=np.intp)
     n = len(tokens)
     if positions is None:
@@ -153,10 +142,22 @@ def polish_influence(model, tokens, i: int, a: int, b: int, positions=None, extr
     positions = [int(j) for j in positions if int(j) != i]
     tokens[i] = a
     best = (*pair_movement(model, tokens, i, a, b), tokens.copy(), i, a, b)
+    count = max(1, int(perturb * len(positions)))
+    return _restarted_ascent(model, best, positions, lambda rng: rng.choice(positions, count, replace=False), rounds,
+                             extra, restarts, seed, chunk, rng)
+
+
+def _restarted_ascent(model, best, positions, redrawn, rounds: int, extra: int, restarts: int, seed: int, chunk: int,
+                      rng):
+    """The largest (||y - y'||_2, ||p - p'||_1, tokens, i, a, b) of `rounds` of `wide_ascent` over `positions`, each
+    followed by a new worst pair at i over every token, run from the witness `best` and then `restarts` times from
+    the best so far with the positions `redrawn(rng)` drawn at random (`grown_influence`, `polish_influence`)."""
+    i, V = best[3], model.config.d_vocab
+    tokens, a, b = best[2].copy(), best[4], best[5]
     for s in range(restarts + 1):
         if s:
             tokens, a, b = best[2].copy(), best[4], best[5]
-            redraw = rng.choice(positions, max(1, int(perturb * len(positions))), replace=False)
+            redraw = redrawn(rng)
             tokens[redraw] = rng.integers(0, V, len(redraw))
         for r in range(rounds):
             _, tokens = wide_ascent(model, tokens, i, a, b, positions, extra, 1, seed + s * rounds + r, chunk)
