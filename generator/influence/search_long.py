@@ -33,6 +33,15 @@ def _moves(model, cache, rows, chunk):
     return np.linalg.norm(y[0::2] - y[1::2], axis=1)
 
 
+def _fill_moves(model, tokens, lo, hi, cands, i, a, b, chunk, stop=None):
+    """||y_a - y_b||_2 of `tokens` (a, and b, at i) with each candidate token written over positions lo..hi-1
+    (with `stop`: over hi..stop-1 only, the rows still recomputed from lo), behind the cached prefix tokens[:lo]."""
+    first, last = (lo, hi) if stop is None else (hi, stop)
+    rows = np.repeat(tokens[None, lo:], len(cands), axis=0)
+    rows[:, first - lo:last - lo] = cands[:, None]
+    return _moves(model, prefix_cache(model, tokens[:lo]), _pair_rows(rows, i - lo, a, b), chunk)
+
+
 def tail_scan(model, n: int, tail, j: int, a: int, b: int, fillers=None, chunk: int = 64) -> np.ndarray:
     """Movements ||y_a - y_b||_2 of the length-n inputs f...f + `tail` with a, and with b, at tail position j,
     for every filler f of `fillers` (None: every token): one array entry per filler. The all-f prefix is
@@ -63,10 +72,7 @@ def segment_fillers(model, tokens, i: int, a: int, b: int, end: int, segments: i
     cands = np.unique(np.asarray(candidates, dtype=np.intp))
     for _ in range(sweeps):
         for lo, hi in zip(edges[-2::-1], edges[:0:-1]):
-            cache = prefix_cache(model, tokens[:lo])
-            rows = np.repeat(tokens[None, lo:], len(cands), axis=0)
-            rows[:, :hi - lo] = cands[:, None]
-            d = _moves(model, cache, _pair_rows(rows, i - lo, a, b), chunk)
+            d = _fill_moves(model, tokens, lo, hi, cands, i, a, b, chunk)
             k = int(np.argmax(d)) if len(d) else 0
             if len(d) and d[k] > best:
                 best, tokens[lo:hi] = float(d[k]), cands[k]
@@ -91,9 +97,7 @@ def wide_ascent(model, tokens, i: int, a: int, b: int, positions, extra: int = 3
             start = min(j, i)
             pool = [tokens[window:], [a, b], np.arange(V) if extra >= V else rng.choice(V, extra, replace=False)]
             cands = np.unique(np.concatenate(pool).astype(np.intp))
-            rows = np.repeat(tokens[None, start:], len(cands), axis=0)
-            rows[:, j - start] = cands
-            d = _moves(model, prefix_cache(model, tokens[:start]), _pair_rows(rows, i - start, a, b), chunk)
+            d = _fill_moves(model, tokens, start, j, cands, i, a, b, chunk, j + 1)
             k = int(np.argmax(d))
             if d[k] > best:
                 best, tokens[j] = float(d[k]), cands[k]
@@ -198,14 +202,14 @@ def block0_weight_caps(model, lengths, queries=None, chunk: int = 16) -> np.ndar
     e^M_d / (e^M_d + e^s_own + sum_(r != d) e^m_r), M_d the highest score q gives any token at distance d, m_r
     the lowest at distance r, s_own q's score of itself (every position's token is free, so it is attained);
     the maximum over d = 1..n-1. An array (queries, lengths, heads)."""
-    from tcert.generator.model.forward import _ln, _weights
+    from tcert.generator.model.forward import _weights
     W = _weights(model)
     c = W.c
     if c.positional_embedding_type == "standard":
         raise ValueError("block-0 caps need keys that depend on the token and a rotation only")
     H, dh, V = c.n_heads, c.d_head, c.d_vocab
     hd, R = H * dh, max(lengths)
-    qkv = _ln(W, W.t["embed.W_E"], "blocks.0.ln1") @ W.qkv_w[0] + W.qkv_b[0]
+    qkv = _block0_qkv(W)
     queries = np.arange(V) if queries is None else np.asarray(queries, dtype=np.intp)
     out = np.zeros((len(queries), len(lengths), H))
     for h in range(H):
@@ -229,15 +233,10 @@ def block0_reach(model, lengths, queries=None, caps=None) -> np.ndarray:
     (the other positions' normalised average is shared by both inputs, so the head's output moves by at most
     the larger weight times a distance between value points), summed over heads. An array (queries, lengths);
     `caps`, if given, is `block0_weight_caps(model, lengths, queries)` already computed."""
-    from tcert.generator.model.forward import _ln, _weights
+    from tcert.generator.model.forward import _weights
     W = _weights(model)
-    c = W.c
-    H, dh, V = c.n_heads, c.d_head, c.d_vocab
-    qkv = _ln(W, W.t["embed.W_E"], "blocks.0.ln1") @ W.qkv_w[0] + W.qkv_b[0]
-    diam = []
-    for h in range(H):
-        v = qkv[:, (2 * H + h) * dh:(2 * H + h + 1) * dh] @ W.o_w[0][h * dh:(h + 1) * dh]
-        diam.append(max(float(np.linalg.norm(v[s:s + 64, None] - v[None], axis=-1).max()) for s in range(0, V, 64)))
+    qkv = _block0_qkv(W)
+    diam = [_value_diameter(W, qkv, h) for h in range(W.c.n_heads)]
     caps = block0_weight_caps(model, lengths, queries) if caps is None else caps
     return caps @ np.array(diam)
 
@@ -248,23 +247,37 @@ def reach_context(model, n: int, q: int, d: int = 1) -> np.ndarray:
     - M_h) (D_h head h's value diameter, M_h the highest score q gives any token at distance d in head h; the
     scores those of `block0_weight_caps`). The position n - 1 - d holds that argmax token of the largest head
     term (the caller re-pairs it)."""
-    from tcert.generator.model.forward import _ln, _weights
+    from tcert.generator.model.forward import _weights
     W = _weights(model)
     c = W.c
     H, dh, V = c.n_heads, c.d_head, c.d_vocab
     hd = H * dh
-    qkv = _ln(W, W.t["embed.W_E"], "blocks.0.ln1") @ W.qkv_w[0] + W.qkv_b[0]
+    qkv = _block0_qkv(W)
     cost, hi = np.zeros((V, n)), []
     for h in range(H):
         sc = _distance_scores(W, qkv[q:q + 1, h * dh:(h + 1) * dh], qkv[:, hd + h * dh:hd + (h + 1) * dh], n)[0]
         sc = sc / W.scale                                                     # (V, n): distance 0..n-1
-        v = qkv[:, (2 * H + h) * dh:(2 * H + h + 1) * dh] @ W.o_w[0][h * dh:(h + 1) * dh]
-        diam = max(float(np.linalg.norm(v[s:s + 64, None] - v[None], axis=-1).max()) for s in range(0, V, 64))
+        diam = _value_diameter(W, qkv, h)
         cost += diam * np.exp(sc - sc[:, d].max())
         hi.append((diam, int(np.argmax(sc[:, d]))))
     tokens = np.argmin(cost, axis=0)[::-1].astype(np.intp)                  # position n - 1 - r holds distance r
     tokens[-1], tokens[n - 1 - d] = q, max(hi)[1]
     return tokens
+
+
+def _block0_qkv(W):
+    """Block 0's queries, keys and values side by side (d_vocab, 3 H d_head) of every token's normalised embedding
+    (before any rotation): block 0's rows depend on the token alone."""
+    from tcert.generator.model.forward import _ln
+    return _ln(W, W.t["embed.W_E"], "blocks.0.ln1") @ W.qkv_w[0] + W.qkv_b[0]
+
+
+def _value_diameter(W, qkv, h):
+    """max over token pairs of ||(v_t - v_s) W_O,h|| for head h of block 0 (`qkv` from `_block0_qkv`), by blocks
+    of 64 tokens."""
+    H, dh, V = W.c.n_heads, W.c.d_head, W.c.d_vocab
+    v = qkv[:, (2 * H + h) * dh:(2 * H + h + 1) * dh] @ W.o_w[0][h * dh:(h + 1) * dh]
+    return max(float(np.linalg.norm(v[s:s + 64, None] - v[None], axis=-1).max()) for s in range(0, V, 64))
 
 
 def _distance_scores(W, q, k, R):
