@@ -25,6 +25,12 @@ position (the window's tokens + --extra random ones; >= d_vocab: every token) an
 
     python benchmarks/influence_worst_found.py --model text3.safetensors --n 1024 --search grown \
         --grow-from benchmarks/witnesses/text3_n256.json --tail 34 --depth 32 --rounds 2
+--search flip: `search_flip.flip_influence` (the LayerNorm flip: a context that makes the last position's block-1
+input nearly constant, then one change that turns it around; rotary or no positions, >= 2 layers) over the
+--flip-queries last tokens of `flat_queries`, the change at n - offset for each of --flip-offsets (the best kept),
+--rounds sweeps; its witness line is a start for --search polish:
+
+    python benchmarks/influence_worst_found.py --model text4.safetensors --n 256 --search flip --flip-queries 8
 """
 
 import argparse
@@ -34,6 +40,7 @@ import time
 from tcert.checker.modelfile import load_model
 from tcert.generator.influence.search import (fragile_tokens, pair_movement, pair_table, seeded_influence,
                                               strong_influence)
+from tcert.generator.influence.search_flip import flat_queries, flip_influence
 from tcert.generator.influence.search_long import grown_influence, polish_influence
 
 
@@ -45,7 +52,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=8, help="context positions before the changed one to ascend")
     ap.add_argument("--rounds", type=int, default=2, help="ascent + re-pairing rounds per start")
     ap.add_argument("--offset", type=int, default=2, help="the changed position is n - offset (strong search)")
-    ap.add_argument("--search", choices=("strong", "seeded", "grad", "grown", "polish"), default="strong")
+    ap.add_argument("--search", choices=("strong", "seeded", "grad", "grown", "polish", "flip"), default="strong")
     ap.add_argument("--witness", help="grad: JSON lines of earlier runs; the largest witness of each n is the start")
     ap.add_argument("--start", choices=("strong", "seeded"), default="strong", help="grad: search run for a start")
     ap.add_argument("--window", type=int, default=0, help="grad: positions changed, counted from the end (0: all)")
@@ -65,6 +72,8 @@ def main(argv=None):
     ap.add_argument("--queries", type=int, default=128, help="seeded: last tokens of the n = 2 table (0: all)")
     ap.add_argument("--pairs", type=int, default=32, help="seeded: n = 2 pairs carried to length n")
     ap.add_argument("--keep", type=int, default=4, help="seeded: best filler inputs that get the ascent")
+    ap.add_argument("--flip-queries", type=int, default=8, help="flip: last tokens tried (the flattest first)")
+    ap.add_argument("--flip-offsets", default="2", help="flip: comma-separated offsets; the change at n - offset")
     ap.add_argument("--fillers-kept", type=int, default=16, help="grown: best fillers tried per run")
     args = ap.parse_args(argv)
     model = load_model(args.model)
@@ -103,6 +112,10 @@ def main(argv=None):
                                                       restarts=args.restarts, seed=n)
             if args.chain:
                 grow = [tokens, i, a, b]
+        elif args.search == "flip":
+            queries = flat_queries(model, args.flip_queries)
+            dy, dp, tokens, i, a, b = max((flip_influence(model, n, queries, i=n - int(o), rounds=args.rounds, seed=n)
+                                           for o in args.flip_offsets.split(",")), key=lambda found: found[0])
         elif args.search == "seeded":
             dy, dp, tokens, i, a, b = seeded_influence(model, n, pairs, keep=args.keep, depth=args.depth,
                                                        rounds=args.rounds, seed=n)
@@ -118,6 +131,8 @@ def main(argv=None):
                                  if args.search == "grown" else {}),
                               **(dict(extra=args.extra, restarts=args.restarts, perturb=args.perturb)
                                  if args.search == "polish" else {}),
+                              **(dict(flip_queries=args.flip_queries, flip_offsets=args.flip_offsets)
+                                 if args.search == "flip" else {}),
                               seed=n, dy=dy, dp=dp, **extra,
                               i=i, a=a, b=b, seconds=round(seconds, 1),
                               recomputed=pair_movement(model, tokens, i, a, b),

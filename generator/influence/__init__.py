@@ -12,6 +12,9 @@ estimate would have to repeat that work (the checker's time is the generator's t
                 the causal search with prefix key/value reuse (prefix_cache, suffix_states, context_ascent)
   search_long.py  long-input searches on that cache (grown_influence, polish_influence, segment_fillers) and
                 the measurements of why the worst change falls with n (block0_weight_caps, last_row_weights)
+  search_grad.py  greedy coordinate gradient on a torch copy of the forward pass (grad_influence)
+  search_flip.py  the LayerNorm flip: a context that makes the last position's block-1 input nearly constant,
+                then one change that turns it around (flip_influence, flat_queries)
   models.py     toy_model, robust_toy_model, write_examples (the shipped certificates/influence/)
   cli.py        `tcert influence` and the demo section
 """
