@@ -25,7 +25,7 @@ from tcert.generator.influence.search import context_pairs, pair_movement
 from tcert.generator.influence.search_long import _block0_qkv, _distance_scores
 from tcert.generator.model.forward import _ln, _mlp, _weights
 
-__all__ = ["flat_queries", "block1_inputs", "flip_influence"]
+__all__ = ["flat_queries", "block1_inputs", "flip_profile", "flip_influence"]
 
 
 def _require_token_rows(model):
@@ -107,6 +107,20 @@ def block1_inputs(model, tokens) -> np.ndarray:
     _require_token_rows(model)
     tokens = np.asarray(tokens, dtype=np.intp)
     return _LastRow(_weights(model), int(tokens[-1]), len(tokens)).inputs(tokens)
+
+
+def flip_profile(model, tokens, i: int, a: int, b: int):
+    """What a witness does at block 1's normalisation: (centred norm of the last position's block-1 input with a
+    at i, the same with b, ||N(x_a) - N(x_b)|| with N the normalisation without gain and bias; at most 2 sqrt(d)
+    for LayerNorm)."""
+    tokens = np.array(tokens, dtype=np.intp)
+    tokens[i] = a
+    xa = block1_inputs(model, tokens)
+    tokens[i] = b
+    xb = block1_inputs(model, tokens)
+    W = _weights(model)
+    na, nb = _centred_norm(W, np.stack([xa, xb]))
+    return float(na), float(nb), float(_flip_distance(W, xa[None], xb[None])[0])
 
 
 def flat_queries(model, count: int) -> np.ndarray:

@@ -9,7 +9,8 @@ import pytest
 from tcert.generator.influence import toy_model
 from tcert.generator.influence.search import pair_movement
 from tcert.generator.influence.search_flip import (_centred_norm, _flatten, _flip_distance, _LastRow, _normalised,
-                                                   _spread, block1_inputs, flat_queries, flip_influence)
+                                                   _spread, block1_inputs, flat_queries, flip_influence,
+                                                   flip_profile)
 from tcert.generator.model.forward import _ln, _weights, as_model, residuals
 from tcert.generator.model.random_models import random_model
 
@@ -136,6 +137,23 @@ def test_flip_influence_returns_the_movement_of_its_witness_and_the_worst_pair(l
     for s in range(V):
         for t in range(s + 1, V):
             assert pair_movement(model, tokens, i, s, t)[0] <= dy + 1e-12
+
+
+def test_flip_profile_reads_the_forward_pass():
+    """The profile's centred norms and distance are those of the forward pass's block-1 inputs, normalised by
+    block 1's LayerNorm with its gain 1 and bias 0."""
+    model = toy(seed=6)
+    tokens, i, a, b = [5, 1, 2, 7, 0, 3], 3, 6, 4
+    xs = []
+    for t in (a, b):
+        x = list(tokens)
+        x[i] = t
+        xs.append(residuals(model, x)[1][-1])
+    xc = [x - x.mean() for x in xs]
+    g = [c / np.sqrt(np.mean(c * c) + 0.01) for c in xc]       # toy_model's eps is 1/100
+    na, nb, dist = flip_profile(model, tokens, i, a, b)
+    assert abs(na - np.linalg.norm(xc[0])) < 1e-12 and abs(nb - np.linalg.norm(xc[1])) < 1e-12
+    assert abs(dist - np.linalg.norm(g[0] - g[1])) < 1e-12
 
 
 def test_models_the_tables_cannot_describe_are_refused():
