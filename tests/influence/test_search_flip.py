@@ -168,3 +168,31 @@ def test_models_the_tables_cannot_describe_are_refused():
         flip_influence(toy(), 13)
     with pytest.raises(ValueError, match="non-final"):
         flip_influence(toy(), 6, i=5)
+
+
+def test_benchmark_flip_search_keeps_the_best_offset_and_prints_real_movements(tmp_path, capsys):
+    """benchmarks/influence_worst_found.py --search flip runs `flip_influence` at each offset with the flattest
+    queries and prints the largest (here the second offset's), its movement equal to pair_movement of the
+    printed witness."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from tcert.checker.modelfile import load_model
+    from tcert.generator.model.files import save_model
+    t, cfg = toy_model(n_layers=2, d_vocab=8, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12, seed=7, scale=0.6,
+                       rotary=True, parallel=True)
+    path = str(tmp_path / "toy.safetensors")
+    save_model(path, t, cfg, dtype="float64")
+    model = load_model(path)
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "influence_worst_found.py"
+    spec = importlib.util.spec_from_file_location("influence_worst_found", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--model", path, "--n", "7", "--search", "flip", "--flip-queries", "2", "--flip-offsets", "3,2",
+                "--rounds", "2"])
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    queries = flat_queries(model, 2)
+    found = [flip_influence(model, 7, queries, i=7 - o, rounds=2, seed=7) for o in (3, 2)]
+    assert r["dy"] == max(f[0] for f in found) and r["i"] in (5, 4) and r["tokens"][-1] in queries.tolist()
+    assert r["dy"] == r["recomputed"][0] == pair_movement(model, r["tokens"], r["i"], r["a"], r["b"])[0]
