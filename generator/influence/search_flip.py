@@ -50,17 +50,21 @@ def _after_block0(W, q: int, attn):
     return out + _mlp(W, 0, _ln(W, x if c.parallel_attn_mlp else out, ln))
 
 
+def _centred(W, x):
+    """P x per row (P the centring of LayerNorm; the identity for RMSNorm)."""
+    return x - x.mean(axis=-1, keepdims=True) if W.c.has_ln else x
+
+
 def _normalised(W, x):
-    """The normalisation of block 1 without its gain and bias: centred (LayerNorm) or not (RMSNorm), divided by
-    the standard deviation with eps. Rows of x (B, d)."""
-    xc = x - x.mean(axis=-1, keepdims=True) if W.c.has_ln else x
+    """The normalisation of block 1 without its gain and bias: P x divided by the standard deviation with eps.
+    Rows of x (B, d)."""
+    xc = _centred(W, x)
     return xc / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + W.eps)
 
 
 def _centred_norm(W, x):
-    """||P x|| per row (P the centring of LayerNorm; the identity for RMSNorm)."""
-    xc = x - x.mean(axis=-1, keepdims=True) if W.c.has_ln else x
-    return np.linalg.norm(xc, axis=-1)
+    """||P x|| per row."""
+    return np.linalg.norm(_centred(W, x), axis=-1)
 
 
 class _LastRow:
