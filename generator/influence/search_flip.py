@@ -81,7 +81,13 @@ class _LastRow:
             scores.append(_distance_scores(W, qh, qkv[:, (H + h) * dh:(H + h + 1) * dh], n)[0] / W.scale)
             vals.append(qkv[:, (2 * H + h) * dh:(2 * H + h + 1) * dh] @ W.o_w[0][h * dh:(h + 1) * dh])
         scores = np.stack(scores)
-        self.E = np.exp(scores - scores.max(axis=(1, 2), keepdims=True))
+        # One shift per head (a row's tokens are not known here): every weight of a row stays a normal float64
+        # while each head's scores span less than ~700.
+        top = scores.max(axis=(1, 2), keepdims=True)
+        span = float((top[:, 0, 0] - scores.min(axis=(1, 2))).max())
+        if span > 700:
+            raise ValueError(f"block 0's scores span {span:.0f} > 700 in one head: too wide for the flip tables")
+        self.E = np.exp(scores - top)
         self.vals = np.stack(vals)
         self.W, self.q, self.n = W, q, n
         self.b_O = W.t["blocks.0.attn.b_O"]
@@ -168,12 +174,12 @@ def _spread(row, tokens, i: int, a: int, b: int, rounds: int, rng):
         ta[i], tb[i] = a, b
         return row.swaps(ta, r), row.swaps(tb, r)
 
-    xa, xb = variants(i)
-    best = float(_flip_distance(W, xa[a][None], xb[b][None])[0])
+    every = variants(i)[0]          # the block-1 input with each token at i (the same for a and b)
+    best = float(_flip_distance(W, every[a][None], every[b][None])[0])
     for _ in range(rounds):
-        xa, xb = variants(i)
-        for moved, fixed, side in ((xb, xa[a], "b"), (xa, xb[b], "a")):
-            dist = _flip_distance(W, moved, fixed[None])
+        every = variants(i)[0]
+        for side in ("b", "a"):     # the best b against a, then the best a against that b
+            dist = _flip_distance(W, every, every[a if side == "b" else b][None])
             t = int(dist.argmax())
             if dist[t] > best:
                 best = float(dist[t])

@@ -54,6 +54,26 @@ def test_normalised_is_block_1s_norm_without_gain_and_bias(layout):
     assert np.allclose(_normalised(W, x) * ln[0] + ln[1], _ln(W, x, "blocks.1.ln1"), rtol=0, atol=1e-12)
 
 
+def test_tables_hold_under_a_large_common_score_and_refuse_a_wide_span():
+    """A query whose scores against every key share an offset of ~800 (past float64's exp) still gives the
+    forward pass's block-1 input; a head whose scores span more than 700 is refused."""
+    t, cfg = toy_model(n_layers=2, d_vocab=8, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12, seed=3, scale=0.6,
+                       nope=True, parallel=True)
+    model = as_model(t, cfg)
+    W = _weights(model)
+    tokens = np.array([4, 0, 6, 1, 5, 2])
+    x = t["embed.W_E"][tokens[-1]]
+    u = (x - x.mean()) / np.sqrt(np.var(x) + W.eps) * t["blocks.0.ln1.w"] + t["blocks.0.ln1.b"]
+    for h in range(2):
+        qh = u @ t["blocks.0.attn.W_Q"][h] + t["blocks.0.attn.b_Q"][h]
+        t["blocks.0.attn.b_K"][h] = qh / (qh @ qh) * 1600.0      # q . b_K = 1600: every score of the row + 800
+    shifted = as_model(t, cfg)
+    assert np.allclose(block1_inputs(shifted, tokens), residuals(shifted, tokens)[1][-1], rtol=0, atol=1e-9)
+    t["blocks.0.attn.W_Q"] = t["blocks.0.attn.W_Q"] * 1e4
+    with pytest.raises(ValueError, match="too wide"):
+        block1_inputs(as_model(t, cfg), tokens)
+
+
 def test_a_swap_is_the_input_with_that_token_changed():
     """`swaps(tokens, r)[t]` is the block-1 input of tokens with position r set to t, for every r and t."""
     model = toy(seed=2)
@@ -115,6 +135,13 @@ def test_flatten_and_spread_stop_at_coordinate_optima_without_going_the_wrong_wa
         ta[i], tb[i] = a, b
         return _flip_distance(W, row.inputs(ta)[None], row.inputs(tb)[None])[0]
 
+    for a0 in range(8):                  # one round from every start pair: the figure is always its pair's
+        for b0 in range(8):
+            once = tokens.copy()
+            first, a1, b1 = _spread(row, once, i, a0, b0, 1, np.random.default_rng(a0 * 8 + b0))
+            ta, tb = once.copy(), once.copy()
+            ta[i], tb[i] = a1, b1
+            assert abs(first - _flip_distance(W, row.inputs(ta)[None], row.inputs(tb)[None])[0]) < 1e-12
     begin = dist(2, 5)
     best, a, b = _spread(row, tokens, i, 2, 5, 20, rng)
     assert best > begin and abs(best - dist(a, b)) < 1e-12 and tokens[-1] == q
