@@ -174,10 +174,10 @@ def _spread(row, tokens, i: int, a: int, b: int, rounds: int, rng):
         ta[i], tb[i] = a, b
         return row.swaps(ta, r), row.swaps(tb, r)
 
-    every = variants(i)[0]          # the block-1 input with each token at i (the same for a and b)
+    every = row.swaps(tokens, i)    # the block-1 input with each token at i (whatever tokens[i] holds)
     best = float(_flip_distance(W, every[a][None], every[b][None])[0])
     for _ in range(rounds):
-        every = variants(i)[0]
+        every = row.swaps(tokens, i)
         for side in ("b", "a"):     # the best b against a, then the best a against that b
             dist = _flip_distance(W, every, every[a if side == "b" else b][None])
             t = int(dist.argmax())
@@ -217,7 +217,7 @@ def flip_influence(model, n: int, queries=None, i=None, flat_rounds: int = 3, ro
         a = int(tokens[i])
         _flatten(row, tokens, i, flat_rounds, rng)
         _, a, b = _spread(row, tokens, i, a, a, rounds, rng)
-        dy, dp, a, b = context_pairs(model, tokens, i, np.arange(V), chunk=chunk)
+        a, b = context_pairs(model, tokens, i, np.arange(V), chunk=chunk)[2:]
         tokens[i] = a
         found = (*pair_movement(model, tokens, i, a, b), tokens.copy(), i, a, b)
         if best is None or found[0] > best[0]:
