@@ -13,20 +13,14 @@ from tcert.generator.influence.search_flip import (_centred_norm, _flatten, _fli
                                                    flip_profile)
 from tcert.generator.model.forward import _ln, _weights, as_model, residuals
 from tcert.generator.model.random_models import random_model
-
-
-def toy(seed=0, **kw):
-    """A seeded 2-layer toy model (rotary, parallel unless told), vocabulary 8, context 12."""
-    kw = dict(dict(rotary=True, parallel=True), **kw)
-    return as_model(*toy_model(n_layers=2, d_vocab=8, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12, seed=seed,
-                               scale=0.6, **kw))
+from tcert.testing.influence import search_toy, worst_found_bench
 
 
 LAYOUTS = {
-    "rotary parallel": lambda: toy(),
-    "rotary sequential": lambda: toy(parallel=False),
-    "no positions, bidirectional": lambda: toy(rotary=False, nope=True, attention="bidirectional"),
-    "attention only": lambda: toy(attn_only=True),
+    "rotary parallel": lambda: search_toy(),
+    "rotary sequential": lambda: search_toy(parallel=False),
+    "no positions, bidirectional": lambda: search_toy(rotary=False, nope=True, attention="bidirectional"),
+    "attention only": lambda: search_toy(attn_only=True),
     "llama (RMSNorm, GQA, SwiGLU)": lambda: as_model(*random_model("llama", seed=3, n_layers=2, d_vocab=16,
                                                                   d_model=16, n_heads=4, d_head=4, d_mlp=32, n_ctx=12,
                                                                   n_key_value_heads=2)),
@@ -76,7 +70,7 @@ def test_tables_hold_under_a_large_common_score_and_refuse_a_wide_span():
 
 def test_a_swap_is_the_input_with_that_token_changed():
     """`swaps(tokens, r)[t]` is the block-1 input of tokens with position r set to t, for every r and t."""
-    model = toy(seed=2)
+    model = search_toy(seed=2)
     W = _weights(model)
     tokens = np.array([3, 1, 4, 1, 5, 2, 6, 7])
     row = _LastRow(W, int(tokens[-1]), len(tokens))
@@ -92,7 +86,7 @@ def test_flat_queries_sort_the_own_part_by_centred_norm():
     """Parallel block 0: a last token's own part is its length-1 input's block-1 residual minus its own value
     through W_O (b_V included, b_O kept); `flat_queries` lists every token by that part's centred norm, smallest
     first."""
-    model = toy(seed=4)
+    model = search_toy(seed=4)
     W = _weights(model)
     H, dh = model.config.n_heads, model.config.d_head
     own = []
@@ -113,7 +107,7 @@ def test_flatten_and_spread_stop_at_coordinate_optima_without_going_the_wrong_wa
     """Each returns the figure of the tokens it leaves (centred norm, resp. flip distance), no worse than the
     start's, touches neither i nor the last position, and, run to convergence, leaves no single position (and, for
     the flip, no token at i for a or for b) whose change would improve it."""
-    model = toy(seed=5)
+    model = search_toy(seed=5)
     W = _weights(model)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 8, 10)
@@ -169,7 +163,7 @@ def test_flip_influence_returns_the_movement_of_its_witness_and_the_worst_pair(l
 def test_flip_profile_reads_the_forward_pass():
     """The profile's centred norms and distance are those of the forward pass's block-1 inputs, normalised by
     block 1's LayerNorm with its gain 1 and bias 0."""
-    model = toy(seed=6)
+    model = search_toy(seed=6)
     tokens, i, a, b = [5, 1, 2, 7, 0, 3], 3, 6, 4
     xs = []
     for t in (a, b):
@@ -186,24 +180,22 @@ def test_flip_profile_reads_the_forward_pass():
 def test_models_the_tables_cannot_describe_are_refused():
     """Learned positions (block 0 reads positions), one layer, no normalisation, a bad length or position."""
     with pytest.raises(ValueError, match="token alone"):
-        flip_influence(toy(rotary=False), 5)
+        flip_influence(search_toy(rotary=False), 5)
     with pytest.raises(ValueError, match="normalised block 1"):
         flip_influence(as_model(*toy_model(n_layers=1, rotary=True, seed=0)), 4)
     with pytest.raises(ValueError, match="normalised block 1"):
-        flip_influence(toy(ln=False), 5)
+        flip_influence(search_toy(ln=False), 5)
     with pytest.raises(ValueError, match="not in"):
-        flip_influence(toy(), 13)
+        flip_influence(search_toy(), 13)
     with pytest.raises(ValueError, match="non-final"):
-        flip_influence(toy(), 6, i=5)
+        flip_influence(search_toy(), 6, i=5)
 
 
 def test_benchmark_flip_search_keeps_the_best_offset_and_prints_real_movements(tmp_path, capsys):
     """benchmarks/influence_worst_found.py --search flip runs `flip_influence` at each offset with the flattest
     queries and prints the largest (here the second offset's), its movement equal to pair_movement of the
     printed witness."""
-    import importlib.util
     import json
-    from pathlib import Path
 
     from tcert.checker.modelfile import load_model
     from tcert.generator.model.files import save_model
@@ -212,10 +204,7 @@ def test_benchmark_flip_search_keeps_the_best_offset_and_prints_real_movements(t
     path = str(tmp_path / "toy.safetensors")
     save_model(path, t, cfg, dtype="float64")
     model = load_model(path)
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "influence_worst_found.py"
-    spec = importlib.util.spec_from_file_location("influence_worst_found", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = worst_found_bench()
     bench.main(["--model", path, "--n", "7", "--search", "flip", "--flip-queries", "2", "--flip-offsets", "3,2",
                 "--rounds", "2"])
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -161,11 +161,10 @@ def test_relaxed_influence_rounds_to_a_real_pair():
 def test_benchmark_grad_search_starts_from_a_padded_witness_and_prints_real_movements(tmp_path, capsys):
     """benchmarks/influence_worst_found.py --search grad with a witness file shorter than n pads it with its first
     token, and prints a movement equal to pair_movement of the printed witness, at least the padded start's."""
-    import importlib.util
     import json
-    from pathlib import Path
 
     from tcert.checker.modelfile import load_model
+    from tcert.testing.influence import worst_found_bench
     from tcert.generator.model.files import save_model
     t, cfg = toy_model(n_layers=2, d_vocab=6, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=12, seed=0, scale=0.6,
                        rotary=True, parallel=True)
@@ -173,10 +172,7 @@ def test_benchmark_grad_search_starts_from_a_padded_witness_and_prints_real_move
     save_model(path, t, cfg, dtype="float64")
     model = load_model(path)
     (tmp_path / "w.jsonl").write_text(json.dumps(dict(n=6, dy=0.0, tokens=[1, 2, 3, 4, 0, 5], i=4, a=0, b=2)) + "\n")
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "influence_worst_found.py"
-    spec = importlib.util.spec_from_file_location("influence_worst_found", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = worst_found_bench()
     bench.main(["--model", path, "--n", "9", "--search", "grad", "--witness", str(tmp_path / "w.jsonl"),
                 "--rounds", "1", "--steps", "3", "--batch", "8", "--topk", "3"])
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -13,14 +13,7 @@ from tcert.generator.influence.search_long import (block0_reach, block0_weight_c
                                                    last_row_weights, polish_influence, reach_context, segment_fillers,
                                                    tail_scan, wide_ascent)
 from tcert.generator.model.forward import _ln, _weights, as_model
-
-
-def model_of(d_vocab=8, n_ctx=12, seed=0, **kw):
-    """A seeded 2-layer toy model in memory (`toy_model`), causal, rotary and parallel unless told."""
-    kw = dict(dict(rotary=True, parallel=True), **kw)
-    t, cfg = toy_model(n_layers=2, d_vocab=d_vocab, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=n_ctx,
-                       seed=seed, scale=0.6, **kw)
-    return as_model(t, cfg)
+from tcert.testing.influence import search_toy as model_of
 
 
 def moved(model, tokens, i, a, b):

@@ -1,7 +1,9 @@
 """Influence test helpers the optional constants' soundness tests share: tiny toy models, the generator's ledger
-without the optional constants (the old rule), and the exhaustive rigorous oracle."""
+without the optional constants (the old rule), and the exhaustive rigorous oracle; for the search tests, their toy
+model and benchmarks/influence_worst_found.py as a module."""
 
 import copy
+import importlib.util
 import itertools
 from fractions import Fraction
 
@@ -16,6 +18,8 @@ from tcert.generator.influence import toy_model
 from tcert.generator.influence.constants import influence_parts
 from tcert.generator.influence.ledger import FillLedger
 from tcert.generator.model.files import save_model
+from tcert.generator.model.forward import as_model
+from tcert.testing import ROOT
 
 
 class WithoutOptional(FillLedger):
@@ -109,3 +113,21 @@ def assert_shrunk_and_swapped_rejected(cert, path, names, swap_match: str) -> No
         consts[names[1]], consts[names[0]]
     with pytest.raises(Rejected, match=swap_match):
         verify(swapped, path)
+
+
+def search_toy(d_vocab=8, n_ctx=12, seed=0, **kw):
+    """A seeded 2-layer toy model in memory for the search tests (`toy_model`), causal, rotary and parallel unless
+    told."""
+    kw = dict(dict(rotary=True, parallel=True), **kw)
+    t, cfg = toy_model(n_layers=2, d_vocab=d_vocab, d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=n_ctx, seed=seed,
+                       scale=0.6, **kw)
+    return as_model(t, cfg)
+
+
+def worst_found_bench():
+    """benchmarks/influence_worst_found.py loaded as a module (its `main(argv)` runs a search and prints JSON lines)."""
+    spec = importlib.util.spec_from_file_location("influence_worst_found",
+                                                  ROOT / "benchmarks" / "influence_worst_found.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
