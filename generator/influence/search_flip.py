@@ -23,7 +23,7 @@ import numpy as np
 
 from tcert.generator.influence.search import context_pairs, pair_movement
 from tcert.generator.influence.search_long import _block0_qkv, _distance_scores
-from tcert.generator.model.forward import _ln, _mlp, _weights
+from tcert.generator.model.forward import _layer_norm, _ln, _mlp, _rms_norm, _weights
 
 __all__ = ["flat_queries", "block1_inputs", "flip_profile", "flip_influence"]
 
@@ -56,10 +56,9 @@ def _centred(W, x):
 
 
 def _normalised(W, x):
-    """The normalisation of block 1 without its gain and bias: P x divided by the standard deviation with eps.
-    Rows of x (B, d)."""
-    xc = _centred(W, x)
-    return xc / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + W.eps)
+    """The normalisation of block 1 without its gain and bias (the forward pass's, with gain 1 and bias 0): P x
+    divided by the standard deviation with eps. Rows of x (B, d)."""
+    return _layer_norm(x, 1.0, 0.0, W.eps) if W.c.has_ln else _rms_norm(x, 1.0, W.eps)
 
 
 def _centred_norm(W, x):
